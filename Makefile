@@ -1,0 +1,29 @@
+# Both targets set themselves up on a fresh machine that has only Python.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+OUT ?= attnref-results
+FUZZ_TIME ?= 60
+
+.PHONY: test fuzz report backends clean fuzz-gpu
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	ATTNREF_PROFILE=$${ATTNREF_PROFILE:-ci} $(PY) -m pytest -q $(PYTEST_ARGS)
+
+fuzz: $(STAMP)
+	$(VENV)/bin/attnref fuzz --time $(FUZZ_TIME) --out $(OUT)
+	$(VENV)/bin/attnref report $(OUT)
+
+backends: $(STAMP)
+	$(VENV)/bin/attnref backends
+
+clean:
+	rm -rf $(VENV) $(OUT) .attnref .hypothesis

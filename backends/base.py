@@ -1,0 +1,184 @@
+"""The backend protocol: declared capabilities (data), `not_supported_reasons`, and `run`.
+
+A backend declares the region of Case space it accepts as a `Capabilities` value; the fuzzer draws
+cases from exactly that region, and `Capabilities.reasons` turns any case outside it into
+human-readable reasons (xformers' `not_supported_reasons` is the model). `run` returns `Actual`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+from torch import Tensor
+
+from reference.case import (AlibiConvention, AttentionType, BlockTableKind, Case, CausalAlignment,
+                            DType, KVCacheDType, KVLayout, ScaleGranularity)
+from reference.inputs import Inputs
+
+
+class LseBase(Enum):
+    E = "e"
+    TWO = "2"
+
+
+class Feature(Enum):
+    """Case features a backend may declare (names match `Case.features()`)."""
+
+    GQA = "gqa"
+    MQA = "mqa"
+    WINDOW = "window"
+    ALIBI = "alibi"
+    SOFT_CAP = "soft_cap"
+    SINKS = "sinks"
+    CHUNKED_LOCAL = "chunked_local"
+    BLOCK_SPARSE = "block_sparse"
+    HEAD_SIZE_V = "head_size_v"
+    CONTEXT = "context"  # queries with cached context (decode, chunked prefill, spec-decode)
+    EMPTY_QUERY = "empty_query"  # sequences with query_len 0
+    Q_FP8 = "q_fp8"
+    DYNAMIC_SCALES = "dynamic_scales"
+
+
+ALL_FEATURES = frozenset(Feature)
+COMMON_HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 256)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The region of Case space a backend accepts. Empty kv_layouts: contiguous K/V only."""
+
+    devices: frozenset[str] = frozenset({"cpu"})
+    dtypes: frozenset[DType] = frozenset({DType.FLOAT16, DType.BFLOAT16})
+    head_sizes: tuple[int, ...] = COMMON_HEAD_SIZES
+    attn_types: frozenset[AttentionType] = frozenset({AttentionType.DECODER})
+    features: frozenset[Feature] = frozenset()
+    alibi_conventions: frozenset[AlibiConvention] = frozenset(AlibiConvention)
+    kv_layouts: frozenset[KVLayout] = frozenset()
+    kv_cache_dtypes: frozenset[KVCacheDType] = frozenset({KVCacheDType.AUTO})
+    scale_granularities: frozenset[ScaleGranularity] = frozenset({ScaleGranularity.PER_TENSOR})
+    block_sizes: tuple[int, ...] = (16,)
+    block_tables: frozenset[BlockTableKind] = frozenset(BlockTableKind)
+    max_query_len: int | None = None  # 1 for decode-only kernels
+    max_kv_len: int | None = None
+    max_head_group: int | None = None  # largest num_heads // num_kv_heads
+    causal_alignment: CausalAlignment = CausalAlignment.BOTTOM_RIGHT
+    lse_base: LseBase | None = LseBase.E  # None: the kernel returns no LSE
+    writes_output_buffer: bool = False  # writes into a given (poisoned) output tensor
+    reads_paged_cache: bool = False  # False: the adapter gathers the cache into contiguous K/V
+    writes_cache: bool = False  # the kernel itself stores new tokens through slot_mapping
+    requires_cache: bool = False  # decoder/cross cases must come with a paged cache
+    empty_row_lse: float = -math.inf  # LSE the kernel returns for a row with no visible key
+
+    def reasons(self, case: Case, device: str = "cpu") -> list[str]:
+        """Why `case` lies outside this declaration; empty when it is inside."""
+        out: list[str] = []
+        if device not in self.devices:
+            out.append(f"device={device} (declared: {sorted(self.devices)})")
+        if case.dtype not in self.dtypes:
+            out.append(f"dtype={case.dtype.value} (declared: {sorted(d.value for d in self.dtypes)})")
+        if case.head_size not in self.head_sizes:
+            out.append(f"head_size={case.head_size} (declared: {list(self.head_sizes)})")
+        if case.attn_type not in self.attn_types:
+            out.append(f"attn_type={case.attn_type.value} (declared: {sorted(t.value for t in self.attn_types)})")
+        for name in sorted(case.features()):
+            feature = _feature_of(name)
+            if feature is not None and feature not in self.features:
+                out.append(f"feature {name} not declared")
+        if case.alibi is not None and case.alibi.convention not in self.alibi_conventions:
+            out.append(f"alibi.convention={case.alibi.convention.value} (declared: "
+                       f"{sorted(c.value for c in self.alibi_conventions)})")
+        group = case.num_heads // case.num_kv_heads
+        if self.max_head_group is not None and group > self.max_head_group:
+            out.append(f"num_heads/num_kv_heads={group} > {self.max_head_group}")
+        if self.max_query_len is not None and case.max_query_len > self.max_query_len:
+            out.append(f"max_query_len={case.max_query_len} > {self.max_query_len}")
+        if self.max_kv_len is not None and case.max_kv_len > self.max_kv_len:
+            out.append(f"max_kv_len={case.max_kv_len} > {self.max_kv_len}")
+        out += self._cache_reasons(case)
+        return out
+
+    def _cache_reasons(self, case: Case) -> list[str]:
+        out: list[str] = []
+        c = case.cache
+        if c is None:
+            if self.requires_cache and case.uses_cache:
+                out.append("cache=None: this kernel reads a paged cache")
+            return out
+        if not self.kv_layouts:
+            return ["cache: this kernel takes contiguous K/V (no paged cache declared)"]
+        if c.layout not in self.kv_layouts:
+            out.append(f"cache.layout={c.layout.value} (declared: {sorted(x.value for x in self.kv_layouts)})")
+        if c.block_size not in self.block_sizes:
+            out.append(f"cache.block_size={c.block_size} (declared: {list(self.block_sizes)})")
+        if c.table not in self.block_tables:
+            out.append(f"cache.table={c.table.value} not declared")
+        q = c.quant
+        if q.kv_cache_dtype not in self.kv_cache_dtypes:
+            out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} (declared: "
+                       f"{sorted(x.value for x in self.kv_cache_dtypes)})")
+        if q.granularity not in self.scale_granularities:
+            out.append(f"scale granularity={q.granularity.value} not declared")
+        if q.dynamic_scales and Feature.DYNAMIC_SCALES not in self.features:
+            out.append("dynamic_scales not declared")
+        return out
+
+
+def _feature_of(name: str) -> Feature | None:
+    try:
+        return Feature(name)
+    except ValueError:
+        return None  # 'paged' and 'kv_*' are checked through the cache fields
+
+
+@dataclass
+class Actual:
+    """What a backend returned, already converted to the canonical conventions.
+
+    output [num_tokens, num_heads, head_size_v]; lse natural-log [num_tokens, num_heads] or None;
+    output_buffer: the whole (padded, poisoned) buffer the kernel wrote into, when it takes one.
+    """
+
+    output: Tensor
+    lse: Tensor | None = None
+    output_buffer: Tensor | None = None
+    buffer_rows: int = 0  # rows of output_buffer that belong to real tokens (the rest must stay poisoned)
+    notes: dict = field(default_factory=dict)
+
+
+class Unsupported(Exception):
+    """Raised by run() when the library itself refuses a case the declaration admitted."""
+
+
+class Backend:
+    """Base class: subclasses set name, library, caps; implement run(); may add quirk reasons."""
+
+    name: str = "?"
+    library: str = "?"
+    caps: Capabilities = Capabilities()
+    description: str = ""
+
+    def availability(self) -> str | None:
+        """None when usable here, else the reason (missing library, no GPU, ...)."""
+        return None
+
+    def device(self) -> str:
+        return sorted(self.caps.devices)[0] if self.caps.devices != frozenset({"cpu", "cuda"}) else (
+            "cuda" if torch.cuda.is_available() else "cpu")
+
+    def not_supported_reasons(self, case: Case) -> list[str]:
+        return self.caps.reasons(case, self.device())
+
+    def run(self, inputs: Inputs) -> Actual:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"
+
+
+def poisoned_output(inputs: Inputs, extra_rows: int = 3) -> Tensor:
+    """An output buffer of num_tokens + extra_rows rows, all NaN: rows a kernel must not touch stay NaN."""
+    case = inputs.case
+    return torch.full((case.num_tokens + extra_rows, case.num_heads, case.value_size), float("nan"),
+                      dtype=case.dtype.torch, device=inputs.device)

@@ -1,0 +1,196 @@
+"""Hypothesis strategies that draw Cases from exactly the region a backend declares.
+
+Nothing is drawn and then rejected: every choice is taken from the declaration's own sets. Edges get
+deliberate weight: lengths at 0/+1/-1 mod block_size, single-token and empty contexts, windows of
+1 / len-1 / len / len+1, odd GQA ratios, extreme soft-caps, large logits, near-duplicate keys,
+non-unit and per-head scales, shuffled block tables with a null block.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from backends.base import ALL_FEATURES, Capabilities, Feature
+from reference.case import (Alibi, AlibiConvention, AttentionType, BlockTableKind, CacheSpec, Case,
+                            DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
+                            ValueDistribution, Values)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size bounds of drawn cases (keep them small: fuzzing wants many cases, not big ones)."""
+
+    max_sequences: int = 4
+    max_context: int = 80
+    max_query: int = 24
+    max_kv_heads: int = 4
+
+
+ORACLE_CAPS = Capabilities(
+    devices=frozenset({"cpu", "cuda"}), dtypes=frozenset(DType), head_sizes=(8, 16, 24, 32, 64),
+    attn_types=frozenset(AttentionType), features=ALL_FEATURES, kv_layouts=frozenset(KVLayout),
+    kv_cache_dtypes=frozenset(KVCacheDType), scale_granularities=frozenset(ScaleGranularity),
+    block_sizes=(1, 2, 3, 4, 5, 8, 16, 32), reads_paged_cache=True,
+)
+"""Everything the oracle can evaluate: used to test the oracle itself."""
+
+GQA_RATIOS = (1, 2, 3, 4, 5, 7, 8)
+
+
+def _has(caps: Capabilities, feature: Feature) -> bool:
+    return feature in caps.features
+
+
+def _sometimes(draw, caps: Capabilities, feature: Feature, strategy: st.SearchStrategy):
+    """None (feature off: the simplest value, so shrinking drops it) or a draw from `strategy`."""
+    if not _has(caps, feature):
+        return None
+    return draw(st.none() | strategy)
+
+
+@st.composite
+def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits: Limits,
+                   block_size: int | None) -> SequenceSpec:
+    """One sequence: decode, spec-decode, chunked prefill or prefill, lengths weighted to edges."""
+    max_q = limits.max_query if caps.max_query_len is None else min(limits.max_query, caps.max_query_len)
+    min_q = 0 if _has(caps, Feature.EMPTY_QUERY) else 1
+    if attn_type == AttentionType.DECODER:
+        with_context = _has(caps, Feature.CONTEXT)
+        kind = draw(st.sampled_from(["decode", "prefill", "chunked", "spec"] if with_context else ["prefill"]))
+        if kind == "decode":
+            q = 1
+        elif kind == "spec":
+            q = draw(st.integers(min(2, max_q), min(5, max_q)))
+        else:
+            q = draw(st.integers(min_q if kind == "chunked" else 1, max_q))
+        ctx = 0
+        if kind != "prefill":
+            ctx = draw(_edge_length(limits.max_context, block_size, q))
+        if caps.max_kv_len is not None:
+            ctx = max(0, min(ctx, caps.max_kv_len - q))
+        return SequenceSpec(query_len=q, context_len=ctx)
+    if attn_type == AttentionType.ENCODER_DECODER:
+        q = draw(st.integers(min_q, max_q))
+        enc = draw(_edge_length(limits.max_context, block_size, 0) | st.integers(1, 8))
+        return SequenceSpec(query_len=q, encoder_len=enc)
+    return SequenceSpec(query_len=draw(st.integers(max(1, min_q), max(limits.max_query, 1))))
+
+
+def _edge_length(max_len: int, block_size: int | None, query_len: int) -> st.SearchStrategy[int]:
+    """Context lengths, half of them landing total length at -1/0/+1 of a block boundary."""
+    plain = st.integers(0, max_len)
+    if not block_size:
+        return st.one_of(st.just(0), st.just(1), plain)
+    blocks = max(1, max_len // block_size)
+
+    def at_edge(pair: tuple[int, int]) -> int:
+        n, delta = pair
+        return max(0, min(max_len, n * block_size + delta - query_len))
+
+    edge = st.tuples(st.integers(1, blocks), st.sampled_from([-1, 0, 1])).map(at_edge)
+    return st.one_of(edge, st.just(0), plain)
+
+
+@st.composite
+def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
+    """(num_heads, num_kv_heads) with odd GQA ratios and MQA where declared."""
+    ratios = [1]
+    if _has(caps, Feature.GQA):
+        ratios += [r for r in GQA_RATIOS[1:] if caps.max_head_group is None or r <= caps.max_head_group]
+    kv = draw(st.integers(1, limits.max_kv_heads))
+    if kv == 1 and not _has(caps, Feature.MQA):
+        ratios = [1]  # one kv head shared by several query heads is MQA
+    ratio = draw(st.sampled_from(ratios))
+    return kv * ratio, kv
+
+
+@st.composite
+def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_size: int,
+                head_size_v: int, block_size: int) -> CacheSpec:
+    layouts = sorted(caps.kv_layouts, key=lambda x: x.value)
+    kv_dtypes = sorted(caps.kv_cache_dtypes, key=lambda x: x.value)
+    kv_dtypes = [d for d in kv_dtypes if d.value in ("auto", "fp8_e4m3", "fp8_e5m2", "int8_kv", "int8_k_fp16_v")
+                 or d.value == dtype.value]
+    kvd = draw(st.sampled_from(kv_dtypes))
+    if kvd.is_int8:
+        layouts = [x for x in layouts if x == KVLayout.FLASH_HND]
+    elem_bytes = 1 if (kvd.is_fp8 or kvd.is_int8) else dtype.torch.itemsize
+    if head_size % (16 // elem_bytes) or head_size_v != head_size:
+        layouts = [x for x in layouts if x != KVLayout.PAGED_V0]
+    layout = draw(st.sampled_from(layouts))
+    tables = sorted(caps.block_tables - {BlockTableKind.SHARED_PREFIX}, key=lambda x: x.value)
+    table = draw(st.sampled_from(tables))
+    grans = sorted(caps.scale_granularities, key=lambda x: x.value)
+    gran = draw(st.sampled_from(grans)) if kvd.is_fp8 else ScaleGranularity.PER_TENSOR
+    n = num_kv_heads if gran == ScaleGranularity.PER_KV_HEAD else 1
+    scale = st.sampled_from([1.0, 0.5, 0.25, 0.75, 2.0, 0.03125])
+    k_scales = tuple(draw(st.lists(scale, min_size=n, max_size=n))) if kvd.is_fp8 else (1.0,) * n
+    v_scales = tuple(draw(st.lists(scale, min_size=n, max_size=n))) if kvd.is_fp8 else (1.0,) * n
+    dynamic = bool(kvd.is_fp8 and gran == ScaleGranularity.PER_TENSOR and Feature.DYNAMIC_SCALES in caps.features
+                   and draw(st.booleans()))
+    q_fp8 = None
+    if kvd == KVCacheDType.FP8_E4M3 and Feature.Q_FP8 in caps.features:
+        q_fp8 = draw(st.none() | st.sampled_from([0.5, 0.75, 1.0]))
+    spare = draw(st.sampled_from([0, 0, 1, 3]))
+    padding = draw(st.sampled_from([0, 0, 1, 2])) if caps.writes_cache else 0
+    return CacheSpec(layout=layout, block_size=block_size, table=table, spare_blocks=spare, padding_slots=padding,
+                     quant=Quant(kv_cache_dtype=kvd, granularity=gran, k_scales=k_scales, v_scales=v_scales,
+                                 dynamic_scales=dynamic, q_fp8_scale=q_fp8))
+
+
+def alibi_slopes(num_heads: int) -> tuple[float, ...]:
+    """The ALiBi paper's geometric slopes 2^(-8 i / n) (for a power of two n; others interpolate)."""
+    return tuple(2.0 ** (-8.0 * (i + 1) / num_heads) for i in range(num_heads))
+
+
+@st.composite
+def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> Case:
+    """A Case inside `caps`, sized by `limits`."""
+    attn_type = draw(st.sampled_from(sorted(caps.attn_types, key=lambda t: t.value)))
+    dtype = draw(st.sampled_from(sorted(caps.dtypes, key=lambda d: d.value)))
+    num_heads, num_kv_heads = draw(heads(caps, limits))
+    head_size = draw(st.sampled_from(sorted(caps.head_sizes)))
+    head_size_v = None
+    if _has(caps, Feature.HEAD_SIZE_V):
+        head_size_v = draw(st.none() | st.sampled_from(sorted(caps.head_sizes)))
+    value_size = head_size_v or head_size
+
+    uses_cache = attn_type in (AttentionType.DECODER, AttentionType.ENCODER_DECODER) and bool(caps.kv_layouts)
+    block_size = draw(st.sampled_from(sorted(caps.block_sizes))) if uses_cache else None
+    sequences = tuple(draw(st.lists(sequence_specs(attn_type, caps, limits, block_size),
+                                    min_size=1, max_size=limits.max_sequences)))
+    if sum(s.query_len for s in sequences) == 0:
+        sequences = (SequenceSpec(query_len=1, context_len=sequences[0].context_len,
+                                  encoder_len=sequences[0].encoder_len),) + sequences[1:]
+    cache = None
+    if uses_cache and (caps.requires_cache or draw(st.booleans())):
+        cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size))
+
+    max_kv = max([s.context_len + s.query_len if attn_type == AttentionType.DECODER else
+                  (s.encoder_len if attn_type == AttentionType.ENCODER_DECODER else s.query_len)
+                  for s in sequences] + [1])
+    window = None
+    if attn_type != AttentionType.ENCODER_DECODER:
+        window = _sometimes(draw, caps, Feature.WINDOW, st.sampled_from(
+            sorted({1, 2, max(1, max_kv - 1), max_kv, max_kv + 1})) | st.integers(1, max_kv + 2))
+    soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, st.sampled_from([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]))
+    sinks = _sometimes(draw, caps, Feature.SINKS, st.lists(
+        st.floats(-4.0, 6.0, allow_nan=False), min_size=num_heads, max_size=num_heads).map(tuple))
+    alibi = None
+    if _has(caps, Feature.ALIBI) and draw(st.booleans()):
+        convention = draw(st.sampled_from(sorted(caps.alibi_conventions, key=lambda c: c.value)))
+        factor = draw(st.sampled_from([1.0, 0.25, 4.0]))
+        alibi = Alibi(tuple(s * factor for s in alibi_slopes(num_heads)), convention)
+    chunk = None
+    if attn_type == AttentionType.DECODER:
+        chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, st.sampled_from([1, 2, 4, 8, 16]) | st.integers(1, 40))
+    values = Values(distribution=draw(st.sampled_from(list(ValueDistribution))),
+                    logit_scale=draw(st.sampled_from([1.0, 0.5, 2.0, 4.0, 8.0])))
+    scale = draw(st.none() | st.sampled_from([0.05, 0.3, 1.0])) if draw(st.integers(0, 4)) == 0 else None
+    seed = draw(st.integers(0, 2**31 - 1))
+    return Case(sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                head_size=head_size, head_size_v=head_size_v, dtype=dtype, scale=scale, sliding_window=window,
+                alibi=alibi, soft_cap=soft_cap, sinks=sinks, attn_chunk_size=chunk, cache=cache, values=values,
+                seed=seed)

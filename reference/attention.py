@@ -1,0 +1,133 @@
+"""The oracle: attention output and natural-log LSE for every token of a Case, in float64.
+
+Slow and obvious on purpose: one loop over sequences, each a dense score matrix, chunked over
+queries and keys only where the matrix would not fit (the chunks are merged by LSE, the same math).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from . import quant
+from .case import Case, KVCacheDType
+from .inputs import Inputs, read_kv
+from .merge import merge_attn_states
+from .scores import alibi_bias, apply_soft_cap
+from .softmax import logsumexp_with_sink, probabilities
+from .visibility import query_positions, visible
+
+# Score-matrix elements one chunk may hold (2**22 float64 = 32 MiB).
+CHUNK_ELEMENTS = 2**22
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Oracle result: output [num_tokens, num_heads, head_size_v] and natural-log lse [num_tokens, num_heads]."""
+
+    output: Tensor
+    lse: Tensor
+
+
+def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False,
+              chunk_elements: int = CHUNK_ELEMENTS) -> Expected:
+    """Attention of every query token over the keys the Case lets it see.
+
+    dtype=float64 is the oracle; dtype=case.dtype with reorder=True is the tolerance rule's
+    baseline (the same math rounded like a plain low-precision implementation).
+    A query row with no visible key gives output 0 and LSE -inf (a sink alone gives its logit).
+    """
+    case = inputs.case
+    outputs, lses = [], []
+    query = query_for_oracle(inputs, dtype)
+    for i, seq in enumerate(case.sequences):
+        start, end = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
+        k, v = sequence_kv(inputs, i, dtype)
+        out, lse = attend_sequence(
+            query[start:end], k, v, visible(case, seq).to(query.device),
+            scale=case.softmax_scale, q_pos=query_positions(case.attn_type, seq).to(query.device),
+            alibi=None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(dtype), case.alibi.convention),
+            soft_cap=case.soft_cap, sink=None if inputs.sinks is None else inputs.sinks.to(dtype),
+            dtype=dtype, reorder=reorder, chunk_elements=chunk_elements)
+        outputs.append(out)
+        lses.append(lse)
+    return Expected(torch.cat(outputs), torch.cat(lses))
+
+
+def query_for_oracle(inputs: Inputs, dtype: torch.dtype) -> Tensor:
+    """The query as the kernel sees it: dequantized from fp8 when the case quantizes it."""
+    if inputs.query_fp8 is not None:
+        return quant.dequantize(inputs.query_fp8, inputs.q_scale, dtype)
+    return inputs.query.to(dtype)
+
+
+def sequence_kv(inputs: Inputs, i: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Keys and values [kv_len, H_kv, D] of sequence i: from the paged cache when there is one."""
+    n = inputs.case.kv_lens[i]
+    if inputs.cache is not None:
+        return read_kv(inputs.cache, inputs.block_table[i], n, dtype)
+    return inputs.keys[i].to(dtype), inputs.values[i].to(dtype)
+
+
+def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float,
+                    q_pos: Tensor | None = None, alibi: tuple[Tensor, object] | None = None,
+                    soft_cap: float | None = None, sink: Tensor | None = None,
+                    dtype: torch.dtype = torch.float64, reorder: bool = False,
+                    chunk_elements: int = CHUNK_ELEMENTS) -> tuple[Tensor, Tensor]:
+    """Output [q, H, D_v] and LSE [q, H] of one sequence: q [q, H, D], k/v [kv, H_kv, D], visible [H|1, q, kv].
+
+    Query head h reads kv head h // (H / H_kv). Chunks over keys (and queries) are merged by LSE.
+    """
+    num_q, num_heads = q.shape[0], q.shape[1]
+    num_k = k.shape[0]
+    group = num_heads // k.shape[1]
+    k_chunk = max(1, min(num_k, 4096)) if num_k else 1
+    q_chunk = max(1, min(num_q, chunk_elements // (num_heads * k_chunk)))
+    if q_pos is None:
+        q_pos = torch.arange(num_q, device=q.device) + (num_k - num_q)
+    out = torch.zeros(num_q, num_heads, v.shape[-1], dtype=dtype, device=q.device)
+    lse = torch.full((num_q, num_heads), -math.inf, dtype=dtype, device=q.device)
+    for qs in range(0, num_q, q_chunk):
+        qe = min(num_q, qs + q_chunk)
+        for ks in range(0, num_k, k_chunk):
+            ke = min(num_k, ks + k_chunk)
+            part_out, part_lse = _attend_block(
+                q[qs:qe].to(dtype), k[ks:ke].to(dtype).repeat_interleave(group, dim=1),
+                v[ks:ke].to(dtype).repeat_interleave(group, dim=1), visible[:, qs:qe, ks:ke],
+                scale=scale, q_pos=q_pos[qs:qe], k_pos=torch.arange(ks, ke, device=q.device),
+                alibi=alibi, soft_cap=soft_cap, reorder=reorder)
+            out[qs:qe], lse[qs:qe] = merge_attn_states(out[qs:qe], lse[qs:qe], part_out, part_lse)
+    if sink is not None:
+        out, lse = add_sink(out, lse, sink)
+    return out, lse
+
+
+def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor,
+                  k_pos: Tensor, alibi, soft_cap: float | None, reorder: bool) -> tuple[Tensor, Tensor]:
+    """(output [q, H, D_v], lse [q, H]) of q over one block of keys, in q's dtype."""
+    if reorder:  # scale the keys instead of the queries (a different rounding, same math)
+        scores = torch.einsum("qhd,khd->hqk", q, k * scale)
+    else:
+        scores = torch.einsum("qhd,khd->hqk", q * scale, k)
+    scores = apply_soft_cap(scores, soft_cap)  # soft-cap comes before biases and masks
+    if alibi is not None:
+        slopes, convention = alibi
+        scores = scores + alibi_bias(slopes, q_pos[:, None], k_pos[None, :], convention).to(scores.dtype)
+    scores = scores.masked_fill(~visible, -math.inf)
+    lse = logsumexp_with_sink(scores, None)  # [H, q]
+    p = probabilities(scores, lse)
+    out = torch.einsum("hqk,khd->qhd", p, v)
+    return out, lse.transpose(0, 1)
+
+
+def add_sink(out: Tensor, lse: Tensor, sink: Tensor) -> tuple[Tensor, Tensor]:
+    """Fold a per-head sink logit into a finished state: an extra softmax column with no value.
+
+    lse' = log(e^lse + e^sink); out' = out * e^(lse - lse').
+    """
+    sink = sink.to(lse.dtype)[None, :].expand_as(lse)
+    new_lse = torch.logaddexp(lse, sink)
+    weight = torch.where(torch.isneginf(lse), torch.zeros_like(lse), torch.exp(lse - new_lse))
+    return out * weight[..., None], new_lse

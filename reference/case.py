@@ -1,0 +1,459 @@
+"""The Case: a frozen, JSON-round-trippable description of one attention batch.
+
+A Case is pure data. `seed` fixes every tensor value (see `reference.inputs.materialize`), so a Case
+file alone replays a finding. Every knob is keyword-only and its default means "feature off".
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+
+
+class CaseError(ValueError):
+    """A Case field holds a value outside what the semantics allow; the message names the field."""
+
+
+class DType(Enum):
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+
+    @property
+    def torch(self) -> torch.dtype:
+        return getattr(torch, self.value)
+
+
+class AttentionType(Enum):
+    """vLLM's attention types (the named presets of the mask semantics)."""
+
+    DECODER = "decoder"  # causal, bottom-right aligned over context + new tokens, paged cache
+    ENCODER = "encoder"  # bidirectional over the sequence itself, no cache
+    ENCODER_ONLY = "encoder_only"  # bidirectional, no cache; windows are symmetric
+    ENCODER_DECODER = "encoder_decoder"  # decoder queries attend every encoder key (cross cache)
+
+
+class CausalAlignment(Enum):
+    """Where the causal diagonal sits when query_len < kv_len (or >)."""
+
+    BOTTOM_RIGHT = "bottom_right"  # the last query sees every key (vLLM, flash-attn >= 2.1)
+    TOP_LEFT = "top_left"  # query j sees keys 0..j (SDPA's is_causal)
+
+
+class AlibiConvention(Enum):
+    """How an ALiBi slope turns into a bias; identical under a causal mask, different without one."""
+
+    SIGNED = "signed"  # slope * (k_pos - q_pos)   (vLLM's xformers and paged kernels)
+    SYMMETRIC = "symmetric"  # -slope * |k_pos - q_pos|   (flash-attn's non-causal ALiBi)
+
+
+class ValueDistribution(Enum):
+    """How q/k/v values are drawn; each exposes a different class of kernel error."""
+
+    NORMAL = "normal"  # N(0, 1): logits O(logit_scale)
+    OUTLIERS = "outliers"  # a few channels and tokens 20x larger: stresses the running max
+    SHARP = "sharp"  # keys are near-duplicates of a few prototypes: peaked, near-tied softmax
+
+
+class KVLayout(Enum):
+    """Physical layout of the paged KV cache (see reference/layouts.py for shapes)."""
+
+    FLASH_NHD = "flash_nhd"  # [2, num_blocks, block_size, H_kv, D]
+    FLASH_HND = "flash_hnd"  # same logical shape, stored [2, num_blocks, H_kv, block_size, D]
+    FLASHINFER_NHD = "flashinfer_nhd"  # [num_blocks, 2, block_size, H_kv, D]
+    FLASHINFER_HND = "flashinfer_hnd"  # [num_blocks, 2, H_kv, block_size, D]
+    PAGED_V0 = "paged_v0"  # key [nb, H_kv, D/x, bs, x], value [nb, H_kv, D, bs]
+
+
+class BlockTableKind(Enum):
+    """How sequences' logical blocks map to physical blocks of the pool."""
+
+    CONTIGUOUS = "contiguous"  # sequence i owns a run of consecutive blocks after the null block
+    SHUFFLED = "shuffled"  # a random permutation of the pool; block 0 is the reserved null block
+    SHARED_PREFIX = "shared_prefix"  # the first prefix_blocks blocks are the same physical blocks
+    SPARSE = "sparse"  # few used blocks scattered in a pool 4x larger than needed
+
+
+class KVCacheDType(Enum):
+    AUTO = "auto"  # the model dtype
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FP8_E4M3 = "fp8_e4m3"
+    FP8_E5M2 = "fp8_e5m2"
+    INT8_KV = "int8_kv"  # int8 fork level 1: int8 K (per token-head scale), int8 V (per channel)
+    INT8_K_FP16_V = "int8_k_fp16_v"  # int8 fork level 2: int8 K (per token-head scale), 16-bit V
+
+    @property
+    def is_fp8(self) -> bool:
+        return self in (KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2)
+
+    @property
+    def is_int8(self) -> bool:
+        return self in (KVCacheDType.INT8_KV, KVCacheDType.INT8_K_FP16_V)
+
+
+class ScaleGranularity(Enum):
+    PER_TENSOR = "per_tensor"
+    PER_KV_HEAD = "per_kv_head"
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """One sequence of the batch: `context_len` keys already cached, `query_len` new tokens.
+
+    For encoder_decoder the keys are the `encoder_len` encoder tokens in the cross cache.
+    """
+
+    query_len: int
+    context_len: int = 0
+    encoder_len: int = 0
+
+
+@dataclass(frozen=True)
+class Alibi:
+    slopes: tuple[float, ...]  # one per query head
+    convention: AlibiConvention = AlibiConvention.SIGNED
+
+
+@dataclass(frozen=True)
+class BlockSparse:
+    """vLLM's block-sparse pattern (BlocksparseParams); see reference/block_sparse.py."""
+
+    block_size: int = 16
+    local_blocks: int = 2
+    vert_stride: int = 4
+    homo_head: bool = False
+    head_sliding_step: int = 1
+
+
+@dataclass(frozen=True)
+class Quant:
+    """KV-cache quantization. Scales are the dequantization multipliers (stored = value / scale)."""
+
+    kv_cache_dtype: KVCacheDType = KVCacheDType.AUTO
+    granularity: ScaleGranularity = ScaleGranularity.PER_TENSOR
+    k_scales: tuple[float, ...] = (1.0,)  # one value, or one per kv head (PER_KV_HEAD)
+    v_scales: tuple[float, ...] = (1.0,)
+    dynamic_scales: bool = False  # compute k/v scales as amax / range, as calc_kv_scales does
+    q_fp8_scale: float | None = None  # quantize the query to fp8 e4m3 with this scale
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """The paged KV cache a decoder / cross-attention case reads through its block tables."""
+
+    layout: KVLayout = KVLayout.FLASH_NHD
+    block_size: int = 16
+    table: BlockTableKind = BlockTableKind.CONTIGUOUS
+    prefix_blocks: int = 0  # SHARED_PREFIX: blocks shared by every sequence
+    spare_blocks: int = 0  # never-referenced blocks in the pool (canaries)
+    padding_slots: int = 0  # trailing slot_mapping entries of -1 (CUDA-graph padding)
+    quant: Quant = field(default_factory=Quant)
+
+
+@dataclass(frozen=True)
+class Values:
+    distribution: ValueDistribution = ValueDistribution.NORMAL
+    logit_scale: float = 1.0  # multiplies q: logits grow ~linearly with it
+
+
+@dataclass(frozen=True)
+class Case:
+    """One batch: sequences, heads, dtype and every attention feature, all explicit."""
+
+    sequences: tuple[SequenceSpec, ...]
+    attn_type: AttentionType = AttentionType.DECODER
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    head_size: int = 64
+    head_size_v: int | None = None  # None: same as head_size
+    dtype: DType = DType.BFLOAT16
+    scale: float | None = None  # None: head_size ** -0.5
+    sliding_window: int | None = None  # vLLM's W: the last W keys, the query's own included
+    alibi: Alibi | None = None
+    soft_cap: float | None = None
+    sinks: tuple[float, ...] | None = None  # one logit per query head
+    attn_chunk_size: int | None = None  # chunked local attention
+    block_sparse: BlockSparse | None = None
+    cache: CacheSpec | None = None  # decoder / encoder_decoder: the paged cache (None: contiguous)
+    values: Values = field(default_factory=Values)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    # Derived quantities (never stored, so they cannot disagree with the fields).
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else self.head_size**-0.5
+
+    @property
+    def value_size(self) -> int:
+        return self.head_size_v if self.head_size_v is not None else self.head_size
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.query_len for s in self.sequences)
+
+    @property
+    def query_lens(self) -> list[int]:
+        return [s.query_len for s in self.sequences]
+
+    @property
+    def kv_lens(self) -> list[int]:
+        return [kv_len(self.attn_type, s) for s in self.sequences]
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens, default=0)
+
+    @property
+    def max_kv_len(self) -> int:
+        return max(self.kv_lens, default=0)
+
+    @property
+    def is_causal(self) -> bool:
+        return self.attn_type == AttentionType.DECODER
+
+    @property
+    def uses_cache(self) -> bool:
+        return self.attn_type in (AttentionType.DECODER, AttentionType.ENCODER_DECODER)
+
+    @property
+    def window_bounds(self) -> tuple[int | None, int | None]:
+        """(left, right) key distances a query may see; None is unbounded (flash-attn's -1).
+
+        As vLLM's backends set it: encoder_only gets the symmetric (W-1, W-1); every other type,
+        attn_type=encoder included, gets (W-1, 0), which for an encoder also hides later keys.
+        """
+        if self.sliding_window is None:
+            return (None, None)
+        w = self.sliding_window - 1
+        if self.attn_type == AttentionType.ENCODER_ONLY:
+            return (w, w)  # vLLM passes (W-1, W-1) for bidirectional encoders
+        return (w, 0)
+
+    @property
+    def kv_cache_dtype(self) -> KVCacheDType:
+        return self.cache.quant.kv_cache_dtype if self.cache is not None else KVCacheDType.AUTO
+
+    def features(self) -> frozenset[str]:
+        """Names of the features this case switches on (used by reports and strategies)."""
+        on = set()
+        if self.num_kv_heads != self.num_heads:
+            on.add("mqa" if self.num_kv_heads == 1 else "gqa")
+        if self.sliding_window is not None:
+            on.add("window")
+        if self.alibi is not None:
+            on.add("alibi")
+        if self.soft_cap is not None:
+            on.add("soft_cap")
+        if self.sinks is not None:
+            on.add("sinks")
+        if self.attn_chunk_size is not None:
+            on.add("chunked_local")
+        if self.block_sparse is not None:
+            on.add("block_sparse")
+        if self.head_size_v is not None and self.head_size_v != self.head_size:
+            on.add("head_size_v")
+        if self.cache is not None:
+            on.add("paged")
+            if self.kv_cache_dtype not in (KVCacheDType.AUTO,):
+                on.add(f"kv_{self.kv_cache_dtype.value}")
+            if self.cache.quant.q_fp8_scale is not None:
+                on.add("q_fp8")
+        if any(s.query_len == 0 for s in self.sequences):
+            on.add("empty_query")
+        if any(0 < s.query_len and s.context_len > 0 for s in self.sequences):
+            on.add("context")
+        return frozenset(on)
+
+    # JSON round trip ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return _to_jsonable(self)
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Case":
+        return _from_jsonable(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Case":
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> "Case":
+        return dataclasses.replace(self, **changes)
+
+
+def kv_len(attn_type: AttentionType, seq: SequenceSpec) -> int:
+    """Number of keys sequence `seq` attends over."""
+    if attn_type == AttentionType.DECODER:
+        return seq.context_len + seq.query_len
+    if attn_type == AttentionType.ENCODER_DECODER:
+        return seq.encoder_len
+    return seq.query_len
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+_FP8_MAX = {KVCacheDType.FP8_E4M3: 448.0, KVCacheDType.FP8_E5M2: 57344.0}
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise CaseError(message)
+
+
+def validate(case: Case) -> None:
+    """Raise CaseError naming the field, its value and what is allowed; return None if valid."""
+    _require(isinstance(case.sequences, tuple) and len(case.sequences) >= 1,
+             f"Case.sequences={case.sequences!r}: must be a non-empty tuple of SequenceSpec")
+    for i, s in enumerate(case.sequences):
+        for name in ("query_len", "context_len", "encoder_len"):
+            value = getattr(s, name)
+            _require(isinstance(value, int) and value >= 0,
+                     f"Case.sequences[{i}].{name}={value!r}: must be an integer >= 0")
+        if case.attn_type in (AttentionType.ENCODER, AttentionType.ENCODER_ONLY):
+            _require(s.context_len == 0 and s.encoder_len == 0,
+                     f"Case.sequences[{i}]: context_len={s.context_len}, encoder_len={s.encoder_len}: "
+                     f"attn_type={case.attn_type.value} has no cache, both must be 0")
+        if case.attn_type == AttentionType.DECODER:
+            _require(s.encoder_len == 0,
+                     f"Case.sequences[{i}].encoder_len={s.encoder_len}: must be 0 for attn_type=decoder")
+        if case.attn_type == AttentionType.ENCODER_DECODER:
+            _require(s.context_len == 0,
+                     f"Case.sequences[{i}].context_len={s.context_len}: cross attention reads the "
+                     f"encoder keys (encoder_len); context_len must be 0")
+    _require(case.num_tokens >= 1, f"Case.sequences: num_tokens={case.num_tokens}: at least one query token")
+    for name in ("num_heads", "num_kv_heads", "head_size"):
+        value = getattr(case, name)
+        _require(isinstance(value, int) and value >= 1, f"Case.{name}={value!r}: must be an integer >= 1")
+    _require(case.num_heads % case.num_kv_heads == 0,
+             f"Case.num_kv_heads={case.num_kv_heads}: must divide num_heads={case.num_heads}")
+    _require(case.head_size_v is None or (isinstance(case.head_size_v, int) and case.head_size_v >= 1),
+             f"Case.head_size_v={case.head_size_v!r}: must be None or an integer >= 1")
+    _require(isinstance(case.dtype, DType), f"Case.dtype={case.dtype!r}: one of {[d.value for d in DType]}")
+    _require(isinstance(case.attn_type, AttentionType),
+             f"Case.attn_type={case.attn_type!r}: one of {[t.value for t in AttentionType]}")
+    _require(case.scale is None or (math.isfinite(case.scale) and case.scale > 0),
+             f"Case.scale={case.scale!r}: must be None or a finite number > 0")
+    _require(case.sliding_window is None or (isinstance(case.sliding_window, int) and case.sliding_window >= 1),
+             f"Case.sliding_window={case.sliding_window!r}: must be None or an integer >= 1")
+    _require(case.sliding_window is None or case.attn_type != AttentionType.ENCODER_DECODER,
+             f"Case.sliding_window={case.sliding_window}: not defined for attn_type=encoder_decoder")
+    if case.alibi is not None:
+        _require(len(case.alibi.slopes) == case.num_heads,
+                 f"Case.alibi.slopes has {len(case.alibi.slopes)} values: needs one per head ({case.num_heads})")
+        _require(all(math.isfinite(x) for x in case.alibi.slopes), "Case.alibi.slopes: must be finite")
+    _require(case.soft_cap is None or (math.isfinite(case.soft_cap) and case.soft_cap > 0),
+             f"Case.soft_cap={case.soft_cap!r}: must be None or a finite number > 0")
+    if case.sinks is not None:
+        _require(len(case.sinks) == case.num_heads,
+                 f"Case.sinks has {len(case.sinks)} values: needs one per head ({case.num_heads})")
+        _require(all(math.isfinite(x) for x in case.sinks), "Case.sinks: must be finite logits")
+    if case.attn_chunk_size is not None:
+        _require(isinstance(case.attn_chunk_size, int) and case.attn_chunk_size >= 1,
+                 f"Case.attn_chunk_size={case.attn_chunk_size!r}: must be None or an integer >= 1")
+        _require(case.attn_type == AttentionType.DECODER,
+                 f"Case.attn_chunk_size: chunked local attention is a decoder feature, not {case.attn_type.value}")
+    if case.block_sparse is not None:
+        bs = case.block_sparse
+        for name in ("block_size", "local_blocks", "vert_stride", "head_sliding_step"):
+            value = getattr(bs, name)
+            _require(isinstance(value, int) and value >= 1,
+                     f"Case.block_sparse.{name}={value!r}: must be an integer >= 1")
+        _require(case.attn_type == AttentionType.DECODER,
+                 f"Case.block_sparse: defined for attn_type=decoder only, not {case.attn_type.value}")
+    _validate_cache(case)
+    _require(case.values.logit_scale > 0 and math.isfinite(case.values.logit_scale),
+             f"Case.values.logit_scale={case.values.logit_scale!r}: must be a finite number > 0")
+    _require(isinstance(case.seed, int) and 0 <= case.seed < 2**63,
+             f"Case.seed={case.seed!r}: must be an integer in [0, 2**63)")
+
+
+def _validate_cache(case: Case) -> None:
+    c = case.cache
+    if c is None:
+        return
+    _require(case.uses_cache,
+             f"Case.cache: attn_type={case.attn_type.value} reads no cache; cache must be None")
+    _require(isinstance(c.block_size, int) and c.block_size >= 1,
+             f"Case.cache.block_size={c.block_size!r}: must be an integer >= 1")
+    _require(c.prefix_blocks >= 0 and c.spare_blocks >= 0 and c.padding_slots >= 0,
+             "Case.cache.prefix_blocks/spare_blocks/padding_slots: must be >= 0")
+    if c.table == BlockTableKind.SHARED_PREFIX:
+        shared = c.prefix_blocks * c.block_size
+        _require(c.prefix_blocks >= 1, "Case.cache.prefix_blocks: SHARED_PREFIX needs at least 1 block")
+        _require(all(s.context_len >= shared for s in case.sequences) and case.attn_type == AttentionType.DECODER,
+                 f"Case.cache.prefix_blocks={c.prefix_blocks}: every decoder sequence needs "
+                 f"context_len >= {shared} (prefix_blocks * block_size)")
+    q = c.quant
+    if c.layout == KVLayout.PAGED_V0:
+        x = 16 // (1 if (q.kv_cache_dtype.is_fp8 or q.kv_cache_dtype.is_int8) else case.dtype.torch.itemsize)
+        _require(case.head_size % x == 0,
+                 f"Case.head_size={case.head_size}: layout paged_v0 splits keys by x={x}; must be a multiple")
+    _require(case.value_size == case.head_size or c.layout != KVLayout.PAGED_V0,
+             "Case.head_size_v: layout paged_v0 stores key and value with one head_size")
+    for name, scales in (("k_scales", q.k_scales), ("v_scales", q.v_scales)):
+        n = case.num_kv_heads if q.granularity == ScaleGranularity.PER_KV_HEAD else 1
+        _require(len(scales) == n, f"Case.cache.quant.{name} has {len(scales)} values: "
+                                   f"granularity={q.granularity.value} needs {n}")
+        _require(all(math.isfinite(s) and s > 0 for s in scales), f"Case.cache.quant.{name}: must be > 0")
+    if q.kv_cache_dtype == KVCacheDType.INT8_KV or q.kv_cache_dtype == KVCacheDType.INT8_K_FP16_V:
+        _require(c.layout == KVLayout.FLASH_HND,
+                 f"Case.cache.layout={c.layout.value}: the int8 fork stores [num_blocks, H_kv, block_size, D] "
+                 f"(flash_hnd); kv_cache_dtype={q.kv_cache_dtype.value} needs it")
+    if q.kv_cache_dtype in (KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16):
+        _require(case.dtype.value == q.kv_cache_dtype.value,
+                 f"Case.cache.quant.kv_cache_dtype={q.kv_cache_dtype.value}: a 16-bit cache must match "
+                 f"Case.dtype={case.dtype.value}")
+    _require(q.q_fp8_scale is None or (math.isfinite(q.q_fp8_scale) and q.q_fp8_scale > 0),
+             f"Case.cache.quant.q_fp8_scale={q.q_fp8_scale!r}: must be None or > 0")
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+
+def _to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, Enum):
+        return obj.value
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [_to_jsonable(x) for x in obj]
+    return obj
+
+
+def _from_jsonable(tp: Any, data: Any) -> Any:
+    import typing
+
+    if data is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_jsonable(args[0], data)
+    if origin is tuple:
+        (elem, *_rest) = typing.get_args(tp)
+        return tuple(_from_jsonable(elem, x) for x in data)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        try:
+            return tp(data)
+        except ValueError:
+            raise CaseError(f"{tp.__name__}={data!r}: one of {[m.value for m in tp]}") from None
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        known = {f.name for f in dataclasses.fields(tp)}
+        unknown = set(data) - known
+        if unknown:
+            raise CaseError(f"{tp.__name__}: unknown fields {sorted(unknown)}; known: {sorted(known)}")
+        return tp(**{k: _from_jsonable(hints[k], v) for k, v in data.items()})
+    if tp is float and isinstance(data, int):
+        return float(data)
+    return data

@@ -1,0 +1,139 @@
+"""Paged KV-cache layouts: allocate, write through slot_mapping, gather through a block table.
+
+Every layout exposes a *canonical view* of its key and value storage, `[num_blocks, block_size,
+H_kv, ...]`, that aliases the cache's memory; writes and gathers go through that view, so layouts
+differ only in data (shape and permutation), never in indexing code.
+
+| layout          | physical shape                                  | key view from it        |
+|-----------------|-------------------------------------------------|-------------------------|
+| flash_nhd       | [2, num_blocks, block_size, H_kv, D]            | cache[0]                |
+| flash_hnd       | [2, num_blocks, H_kv, block_size, D]            | cache[0].permute(0,2,1,3) |
+| flashinfer_nhd  | [num_blocks, 2, block_size, H_kv, D]            | cache[:, 0]             |
+| flashinfer_hnd  | [num_blocks, 2, H_kv, block_size, D]            | cache[:, 0].permute(0,2,1,3) |
+| paged_v0        | key [nb, H_kv, D/x, bs, x], value [nb, H_kv, D, bs], x = 16 bytes / element |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .case import KVLayout
+
+
+@dataclass(frozen=True)
+class PagedCache:
+    """The physical cache tensors of one layer (key and value may share one tensor)."""
+
+    layout: KVLayout
+    tensors: tuple[Tensor, ...]  # one tensor, or (key, value) for paged_v0
+    head_size: int
+    head_size_v: int
+
+    @property
+    def num_blocks(self) -> int:
+        return self.key_view().shape[0]
+
+    @property
+    def block_size(self) -> int:
+        return self.key_view().shape[1]
+
+    def key_view(self) -> Tensor:
+        """Canonical [num_blocks, block_size, H_kv, D] view of the keys (aliases the cache)."""
+        return _views(self)[0]
+
+    def value_view(self) -> Tensor:
+        """Canonical [num_blocks, block_size, H_kv, D_v] view of the values (aliases the cache)."""
+        return _views(self)[1]
+
+    def clone(self) -> "PagedCache":
+        return PagedCache(self.layout, tuple(t.clone() for t in self.tensors), self.head_size, self.head_size_v)
+
+
+def v0_split(head_size: int, element_bytes: int) -> int:
+    """x of the v0 PagedAttention key layout: 16 bytes worth of elements."""
+    return max(1, 16 // element_bytes)
+
+
+def allocate(layout: KVLayout, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
+             head_size_v: int, key_dtype: torch.dtype, value_dtype: torch.dtype | None = None,
+             device: torch.device | str = "cpu") -> PagedCache:
+    """A cache of `layout` whose every element is a canary: NaN (0x7F bytes for fp8, 127 for int8).
+
+    Key and value of different widths or dtypes cannot share one stacked tensor: they get two.
+    """
+    value_dtype = value_dtype or key_dtype
+    nb, bs, h, d, dv = num_blocks, block_size, num_kv_heads, head_size, head_size_v
+    if layout == KVLayout.PAGED_V0:
+        x = v0_split(d, key_dtype.itemsize)
+        key = canaries((nb, h, d // x, bs, x), key_dtype, device)
+        value = canaries((nb, h, dv, bs), value_dtype, device)
+        return PagedCache(layout, (key, value), d, dv)
+    if d != dv or key_dtype != value_dtype:
+        if layout in (KVLayout.FLASH_NHD, KVLayout.FLASHINFER_NHD):
+            shapes = ((nb, bs, h, d), (nb, bs, h, dv))
+        else:
+            shapes = ((nb, h, bs, d), (nb, h, bs, dv))
+        return PagedCache(layout, (canaries(shapes[0], key_dtype, device), canaries(shapes[1], value_dtype, device)), d, dv)
+    shape = {
+        KVLayout.FLASH_NHD: (2, nb, bs, h, d),
+        KVLayout.FLASH_HND: (2, nb, h, bs, d),
+        KVLayout.FLASHINFER_NHD: (nb, 2, bs, h, d),
+        KVLayout.FLASHINFER_HND: (nb, 2, h, bs, d),
+    }[layout]
+    return PagedCache(layout, (canaries(shape, key_dtype, device),), d, dv)
+
+
+def canaries(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str = "cpu") -> Tensor:
+    """A tensor of poison: NaN for floats, the 0x7F byte (a NaN) for fp8, 127 for int8 (no NaN)."""
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        return torch.full(shape, 0x7F, dtype=torch.uint8, device=device).view(dtype)
+    if dtype == torch.int8:
+        return torch.full(shape, 127, dtype=dtype, device=device)
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def _views(cache: PagedCache) -> tuple[Tensor, Tensor]:
+    layout, t = cache.layout, cache.tensors
+    if layout == KVLayout.PAGED_V0:
+        key, value = t
+        nb, h, dx, bs, x = key.shape
+        return key.permute(0, 3, 1, 2, 4), value.permute(0, 3, 1, 2)  # [nb, bs, h, D/x, x], [nb, bs, h, D]
+    hnd = layout in (KVLayout.FLASH_HND, KVLayout.FLASHINFER_HND)
+    if len(t) == 2:
+        k, v = t
+        if hnd:
+            return k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)
+        return k, v
+    if layout in (KVLayout.FLASH_NHD, KVLayout.FLASH_HND):
+        k, v = t[0][0], t[0][1]
+    else:
+        k, v = t[0][:, 0], t[0][:, 1]
+    if hnd:
+        k, v = k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)
+    return k, v
+
+
+def write(cache: PagedCache, key: Tensor, value: Tensor, slot_mapping: Tensor) -> None:
+    """Store token i's key/value at slot slot_mapping[i] = block * block_size + offset; -1 is skipped.
+
+    key: [num_tokens, H_kv, D] already in the cache dtype. Writes in place through the views.
+    """
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].to(torch.int64)
+    block, offset = slots // cache.block_size, slots % cache.block_size
+    kview, vview = cache.key_view(), cache.value_view()
+    k = key[keep].to(kview.dtype)
+    kview[block, offset] = k.reshape(k.shape[0], *kview.shape[2:])
+    vview[block, offset] = value[keep].to(vview.dtype)
+
+
+def gather(cache: PagedCache, block_table_row: Tensor, length: int) -> tuple[Tensor, Tensor]:
+    """The first `length` keys and values of one sequence, [length, H_kv, D], read via its blocks."""
+    bs = cache.block_size
+    pos = torch.arange(length, device=block_table_row.device)
+    blocks = block_table_row.to(torch.int64)[pos // bs]
+    k = cache.key_view()[blocks, pos % bs]
+    v = cache.value_view()[blocks, pos % bs]
+    return k.reshape(length, k.shape[1], cache.head_size), v

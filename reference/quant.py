@@ -1,0 +1,58 @@
+"""Quantize and dequantize KV-cache values: fp8 (e4m3, e5m2) and the int8 fork's modes.
+
+Scales are dequantization multipliers: stored = quantize(value / scale), value ~= stored * scale.
+
+Rounding and saturation (the oracle follows vLLM's CUDA kernels, not torch's CPU cast):
+- fp8: round to nearest even, *saturating* to the largest finite value (CUDA's __NV_SATFINITE in
+  vLLM's scaled_fp8_conversion). torch's plain `.to(float8_e5m2)` overflows to inf instead and
+  e4m3fn has no inf, so we clamp before casting.
+- int8: round half to even (vLLM's float_to_int8_rn uses nearbyint), saturating to [-128, 127].
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .case import KVCacheDType
+
+FP8_DTYPES = {KVCacheDType.FP8_E4M3: torch.float8_e4m3fn, KVCacheDType.FP8_E5M2: torch.float8_e5m2}
+FP8_MAX = {KVCacheDType.FP8_E4M3: 448.0, KVCacheDType.FP8_E5M2: 57344.0}
+INT8_MAX = 127.0
+
+# vLLM's defaults for calc_kv_scales (envs Q_SCALE_CONSTANT, K_SCALE_CONSTANT, V_SCALE_CONSTANT).
+Q_RANGE, K_RANGE, V_RANGE = 200.0, 200.0, 100.0
+
+
+def quantize_fp8(x: Tensor, scale: Tensor | float, fmt: KVCacheDType) -> Tensor:
+    """fp8 tensor of x / scale, saturated to the format's finite range."""
+    limit = FP8_MAX[fmt]
+    return (x.to(torch.float32) / scale).clamp(-limit, limit).to(FP8_DTYPES[fmt])
+
+
+def quantize_int8(x: Tensor, scale: Tensor | float) -> Tensor:
+    """int8 tensor of round_half_even(x / scale), saturated to [-128, 127]."""
+    return torch.round(x.to(torch.float32) / scale).clamp(-128, 127).to(torch.int8)
+
+
+def dequantize(stored: Tensor, scale: Tensor | float, dtype: torch.dtype = torch.float64) -> Tensor:
+    """stored * scale, computed in `dtype`."""
+    scale = scale.to(dtype) if isinstance(scale, Tensor) else scale
+    return stored.to(dtype) * scale
+
+
+def per_token_head_int8_scale(x: Tensor) -> Tensor:
+    """Dynamic int8 scale [..., heads] = amax over the last dim / 127 (0 rows get scale 1)."""
+    amax = x.abs().to(torch.float32).amax(dim=-1)
+    return torch.where(amax > 0, amax / INT8_MAX, torch.ones_like(amax))
+
+
+def per_channel_int8_scale(x: Tensor) -> Tensor:
+    """Static int8 value scale [heads, dim] = amax over tokens / 127 (the fork loads it from file)."""
+    amax = x.abs().to(torch.float32).amax(dim=0)
+    return torch.where(amax > 0, amax / INT8_MAX, torch.ones_like(amax))
+
+
+def dynamic_scale(x: Tensor, value_range: float) -> float:
+    """calc_kv_scales' rule: amax(|x|) / range (one scalar for the whole tensor)."""
+    amax = float(x.abs().max()) if x.numel() else 0.0
+    return amax / value_range if amax > 0 else 1.0

@@ -1,0 +1,89 @@
+"""Which keys a query may see: one small predicate per rule, combined by `visible`.
+
+Positions are logical: the index of a token within its own sequence (context first, then the new
+tokens). Every predicate takes broadcastable `q_pos` [q, 1] and `k_pos` [1, k] and returns bool.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .case import AttentionType, BlockSparse, Case, SequenceSpec, kv_len
+
+
+def query_positions(attn_type: AttentionType, seq: SequenceSpec) -> Tensor:
+    """Logical position of each new token among the sequence's keys.
+
+    A decoder query j sits at context_len + j (bottom-right alignment): with context_len=2,
+    query_len=2 the queries are at positions 2 and 3 of keys 0..3.
+    """
+    offset = seq.context_len if attn_type == AttentionType.DECODER else 0
+    return torch.arange(seq.query_len, dtype=torch.int64) + offset
+
+
+def causal_visible(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """True where the key is at or before the query.
+
+        k:    0 1 2 3
+        q=2:  x x x .
+        q=3:  x x x x
+    """
+    return k_pos <= q_pos
+
+
+def window_visible(q_pos: Tensor, k_pos: Tensor, left: int | None, right: int | None) -> Tensor:
+    """True where the key is at most `left` positions before and `right` after the query.
+
+    None is unbounded. vLLM's sliding_window W is (W-1, 0) for decoders, (W-1, W-1) for encoder_only:
+    W keys including the query's own. left=1, right=0:
+        k:    0 1 2 3
+        q=2:  . x x .
+        q=3:  . . x x
+    """
+    ok = torch.ones(torch.broadcast_shapes(q_pos.shape, k_pos.shape), dtype=torch.bool)
+    if left is not None:
+        ok &= q_pos - k_pos <= left
+    if right is not None:
+        ok &= k_pos - q_pos <= right
+    return ok
+
+
+def chunk_visible(q_pos: Tensor, k_pos: Tensor, chunk_size: int) -> Tensor:
+    """True where query and key fall in the same chunk of `chunk_size` positions (local attention).
+
+    chunk_size=2:
+        k:    0 1 2 3
+        q=2:  . . x x
+        q=3:  . . x x      (combined with causal_visible, q=2 sees only key 2)
+    """
+    return torch.div(q_pos, chunk_size, rounding_mode="floor") == torch.div(k_pos, chunk_size, rounding_mode="floor")
+
+
+def block_sparse_visible(q_pos: Tensor, k_pos: Tensor, sparse: BlockSparse, head: int) -> Tensor:
+    """True where the key's block is one of the `local_blocks` latest, or a vertical-stride block.
+
+    Blocks are `sparse.block_size` positions wide. Head h's vertical blocks are those kb with
+    (kb + h * head_sliding_step + 1) % vert_stride == 0 (every head alike when homo_head).
+    """
+    qb = torch.div(q_pos, sparse.block_size, rounding_mode="floor")
+    kb = torch.div(k_pos, sparse.block_size, rounding_mode="floor")
+    offset = 1 if sparse.homo_head else head * sparse.head_sliding_step + 1
+    return ((qb - kb) < sparse.local_blocks) | ((kb + offset) % sparse.vert_stride == 0)
+
+
+def visible(case: Case, seq: SequenceSpec) -> Tensor:
+    """Mask [num_heads or 1, query_len, kv_len] of the keys each query of `seq` may see."""
+    q_pos = query_positions(case.attn_type, seq)[:, None]
+    k_pos = torch.arange(kv_len(case.attn_type, seq), dtype=torch.int64)[None, :]
+    mask = torch.ones(q_pos.shape[0], k_pos.shape[1], dtype=torch.bool)
+    if case.is_causal:
+        mask &= causal_visible(q_pos, k_pos)
+    left, right = case.window_bounds
+    mask &= window_visible(q_pos, k_pos, left, right)
+    if case.attn_chunk_size is not None:
+        mask &= chunk_visible(q_pos, k_pos, case.attn_chunk_size)
+    mask = mask[None]
+    if case.block_sparse is not None:
+        heads = [block_sparse_visible(q_pos, k_pos, case.block_sparse, h) for h in range(case.num_heads)]
+        mask = mask & torch.stack(heads)
+    return mask

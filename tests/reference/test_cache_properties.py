@@ -1,0 +1,133 @@
+"""Laws of the paged cache: layouts, block tables, quantization and canaries."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from hypothesis import assume, given, strategies as st
+
+import reference as r
+from fuzz.strategies import ORACLE_CAPS, Limits, cases
+from reference import layouts, quant
+from reference.inputs import KVCache, read_kv, write_kv
+
+SMALL = Limits(max_sequences=3, max_context=40, max_query=6, max_kv_heads=2)
+PAGED = dataclasses.replace(ORACLE_CAPS, attn_types=frozenset({r.AttentionType.DECODER, r.AttentionType.ENCODER_DECODER}),
+                            requires_cache=True)
+UNQUANTIZED = dataclasses.replace(PAGED, kv_cache_dtypes=frozenset({r.KVCacheDType.AUTO}))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8) if t.dtype.itemsize == 1 else t
+
+
+@given(cases(UNQUANTIZED, SMALL))
+def test_write_then_gather_is_identity_for_unquantized_layouts(case):
+    inputs = r.materialize(case)
+    for i in range(len(case.sequences)):
+        k, v = read_kv(inputs.cache, inputs.block_table[i], case.kv_lens[i], case.dtype.torch)
+        assert torch.equal(k, inputs.keys[i]) and torch.equal(v, inputs.values[i])
+
+
+@given(cases(PAGED, SMALL))
+def test_writing_new_tokens_through_slot_mapping_gives_the_cache_vllm_reads(case):
+    inputs = r.materialize(case)
+    cache = inputs.cache_before_write.clone()
+    write_kv(cache, inputs.key, inputs.value, inputs.slot_mapping)
+    for x, y in zip(cache.paged.tensors, inputs.cache.paged.tensors):
+        assert torch.equal(_bits(x), _bits(y)) or torch.allclose(x.double(), y.double(), equal_nan=True)
+
+
+@given(cases(PAGED, SMALL), st.data())
+def test_every_layout_gives_the_same_attention(case, data):
+    spec = case.cache
+    kvd = spec.quant.kv_cache_dtype
+    choices = [l for l in r.KVLayout if not kvd.is_int8 or l == r.KVLayout.FLASH_HND]
+    x = 16 // (1 if (kvd.is_fp8 or kvd.is_int8) else case.dtype.torch.itemsize)
+    choices = [l for l in choices if l != r.KVLayout.PAGED_V0 or (case.head_size % x == 0 and case.value_size == case.head_size)]
+    other = data.draw(st.sampled_from(choices))
+    a = r.attention(r.materialize(case))
+    b = r.attention(r.materialize(case.replace(cache=dataclasses.replace(spec, layout=other))))
+    assert torch.equal(a.output, b.output) and torch.equal(a.lse, b.lse)
+
+
+@given(cases(PAGED, SMALL), st.randoms(use_true_random=False))
+def test_permuting_physical_blocks_with_the_table_changes_nothing(case, rnd):
+    inputs = r.materialize(case)
+    n = inputs.cache.paged.num_blocks
+    perm = list(range(1, n))
+    rnd.shuffle(perm)
+    new_of_old = torch.tensor([0] + perm)  # block 0 stays the null block
+    old_of_new = torch.argsort(new_of_old)
+    moved = inputs.cache.clone()
+    for src, dst in ((inputs.cache.paged.key_view(), moved.paged.key_view()),
+                     (inputs.cache.paged.value_view(), moved.paged.value_view())):
+        dst.copy_(src[old_of_new])
+    if moved.k_scale_cache is not None:
+        moved.k_scale_cache.copy_(inputs.cache.k_scale_cache[old_of_new])
+    shuffled = dataclasses.replace(inputs, cache=moved, block_table=new_of_old[inputs.block_table.long()].to(torch.int32))
+    a, b = r.attention(inputs), r.attention(shuffled)
+    assert torch.equal(a.output, b.output) and torch.equal(a.lse, b.lse)
+
+
+@given(cases(PAGED, SMALL))
+def test_nan_canaries_never_reach_the_output_of_a_valid_case(case):
+    inputs = r.materialize(case)
+    e = r.attention(inputs)
+    assert not e.output.isnan().any() and not e.lse.isnan().any()
+
+
+@given(cases(PAGED, SMALL))
+def test_a_gather_off_by_one_block_reaches_the_canaries(case):
+    assume(case.kv_cache_dtype != r.KVCacheDType.INT8_KV)  # int8 values have no NaN; their key scales do
+    inputs = r.materialize(case)
+    longest = max(range(len(case.sequences)), key=lambda i: case.kv_lens[i])
+    assume(case.kv_lens[longest] > 0)
+    shifted_row = torch.cat([inputs.block_table[longest, 1:], torch.zeros(1, dtype=torch.int32)])
+    k, v = read_kv(inputs.cache, shifted_row, case.kv_lens[longest])
+    assert k.isnan().any() or v.isnan().any()
+
+
+FP8_MANTISSA = {r.KVCacheDType.FP8_E4M3: (3, -6), r.KVCacheDType.FP8_E5M2: (2, -14)}
+
+
+@given(st.sampled_from([r.KVCacheDType.FP8_E4M3, r.KVCacheDType.FP8_E5M2]),
+       st.floats(-400.0, 400.0, allow_nan=False), st.sampled_from([0.25, 0.5, 1.0, 3.0]))
+def test_fp8_round_trip_is_within_half_a_quantum(fmt, x, scale):
+    mantissa, min_exp = FP8_MANTISSA[fmt]
+    y = float(quant.dequantize(quant.quantize_fp8(torch.tensor([x]), scale, fmt), scale)[0])
+    v = abs(x / scale)
+    if v > quant.FP8_MAX[fmt]:
+        assert abs(y) == quant.FP8_MAX[fmt] * scale  # saturates, never inf or NaN
+        return
+    exponent = max(math.floor(math.log2(v)) if v > 0 else min_exp, min_exp)
+    quantum = 2.0 ** (exponent - mantissa)
+    assert abs(y / scale - x / scale) <= quantum / 2 + 1e-12
+
+
+@given(st.floats(-1e3, 1e3, allow_nan=False), st.floats(0.01, 10.0))
+def test_int8_round_trip_is_within_half_a_quantum(x, scale):
+    y = float(quant.dequantize(quant.quantize_int8(torch.tensor([x]), scale), scale)[0])
+    if abs(x / scale) <= 127:
+        assert abs(y - x) <= scale / 2 + 1e-9
+    else:
+        assert abs(y) in (127 * scale, 128 * scale)
+
+
+def test_fp8_saturates_where_torch_cpu_cast_would_overflow():
+    big = torch.tensor([1e6])
+    assert float(quant.quantize_fp8(big, 1.0, r.KVCacheDType.FP8_E5M2).float()) == 57344.0
+    assert float(quant.quantize_fp8(big, 1.0, r.KVCacheDType.FP8_E4M3).float()) == 448.0
+
+
+def test_v0_layout_splits_keys_by_sixteen_bytes():
+    cache = layouts.allocate(r.KVLayout.PAGED_V0, num_blocks=3, block_size=4, num_kv_heads=2, head_size=16,
+                             head_size_v=16, key_dtype=torch.bfloat16)
+    assert cache.tensors[0].shape == (3, 2, 2, 4, 8) and cache.tensors[1].shape == (3, 2, 16, 4)
+
+
+def test_slot_minus_one_is_skipped():
+    cache = layouts.allocate(r.KVLayout.FLASH_NHD, 2, 2, 1, 2, 2, torch.float32)
+    layouts.write(cache, torch.ones(2, 1, 2), torch.ones(2, 1, 2), torch.tensor([1, -1]))
+    assert cache.key_view()[0, 1].eq(1).all() and cache.key_view()[1, 1].isnan().all()
