@@ -6,6 +6,7 @@ queries and keys only where the matrix would not fit (the chunks are merged by L
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,31 +30,38 @@ class Expected:
 
     output: Tensor
     lse: Tensor
+    num_visible: Tensor | None = None  # [num_tokens, num_heads]: keys each row sees (0: an empty row)
 
 
 def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False,
-              chunk_elements: int = CHUNK_ELEMENTS) -> Expected:
+              chunk_elements: int = CHUNK_ELEMENTS,
+              mask_transform: Callable[[Tensor], Tensor] | None = None) -> Expected:
     """Attention of every query token over the keys the Case lets it see.
 
     dtype=float64 is the oracle; dtype=case.dtype with reorder=True is the tolerance rule's
     baseline (the same math rounded like a plain low-precision implementation).
     A query row with no visible key gives output 0 and LSE -inf (a sink alone gives its logit).
+    `mask_transform` edits each sequence's visibility mask first (the fuzzer's blind-case probe).
     """
     case = inputs.case
-    outputs, lses = [], []
+    outputs, lses, counts = [], [], []
     query = query_for_oracle(inputs, dtype)
     for i, seq in enumerate(case.sequences):
         start, end = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
         k, v = sequence_kv(inputs, i, dtype)
+        mask = visible(case, seq).to(query.device)
+        if mask_transform is not None:
+            mask = mask_transform(mask)
         out, lse = attend_sequence(
-            query[start:end], k, v, visible(case, seq).to(query.device),
+            query[start:end], k, v, mask,
             scale=case.softmax_scale, q_pos=query_positions(case.attn_type, seq).to(query.device),
             alibi=None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(dtype), case.alibi.convention),
             soft_cap=case.soft_cap, sink=None if inputs.sinks is None else inputs.sinks.to(dtype),
             dtype=dtype, reorder=reorder, chunk_elements=chunk_elements)
         outputs.append(out)
         lses.append(lse)
-    return Expected(torch.cat(outputs), torch.cat(lses))
+        counts.append(mask.sum(-1).expand(case.num_heads, -1).transpose(0, 1))
+    return Expected(torch.cat(outputs), torch.cat(lses), torch.cat(counts))
 
 
 def query_for_oracle(inputs: Inputs, dtype: torch.dtype) -> Tensor:

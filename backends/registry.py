@@ -1,0 +1,102 @@
+"""Every backend attnref knows: built-ins, entry points (group `attnref.backends`), module:attr.
+
+Nothing here imports a kernel library: a backend whose library is missing is listed as unavailable
+with the reason, never an import error.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+from .base import Backend
+
+ENTRY_POINT_GROUP = "attnref.backends"
+
+
+@dataclass(frozen=True)
+class Listing:
+    backend: Backend
+    unavailable: str | None  # None: usable here
+
+    @property
+    def available(self) -> bool:
+        return self.unavailable is None
+
+
+def builtin_backends() -> list[Backend]:
+    from .naive import NaivePaged
+    from .flex import flex_backends
+    from .torch_sdpa import sdpa_backends
+    from .torch_aten import aten_backends
+
+    return [*sdpa_backends(), *aten_backends(), *flex_backends(), NaivePaged()]
+
+
+def mutant_backends() -> list[Backend]:
+    from .naive import mutants
+
+    return mutants()
+
+
+def load_spec(spec: str) -> list[Backend]:
+    """Backends named by 'package.module:attr' (a Backend, a class, or a callable returning them)."""
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"--backend {spec!r}: expected 'package.module:attr'")
+    obj = getattr(importlib.import_module(module_name), attr)
+    return _as_backends(obj)
+
+
+def _as_backends(obj) -> list[Backend]:
+    if isinstance(obj, Backend):
+        return [obj]
+    if isinstance(obj, type) and issubclass(obj, Backend):
+        return [obj()]
+    if callable(obj):
+        return _as_backends(obj())
+    if isinstance(obj, (list, tuple)):
+        return [b for x in obj for b in _as_backends(x)]
+    raise TypeError(f"{obj!r} is not a Backend, a Backend class, or a callable returning backends")
+
+
+def plugin_backends() -> list[Listing]:
+    out = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            out += [Listing(b, _availability(b)) for b in _as_backends(ep.load())]
+        except Exception as e:  # a broken plugin is listed, never fatal
+            reason = f"entry point {ep.value}: {type(e).__name__}: {e}"
+            out.append(Listing(_Broken(ep.name, reason), reason))
+    return out
+
+
+class _Broken(Backend):
+    def __init__(self, name: str, reason: str) -> None:
+        self.name, self.library, self.reason = name, "?", reason
+
+    def availability(self) -> str | None:
+        return self.reason
+
+
+def _availability(backend: Backend) -> str | None:
+    try:
+        return backend.availability()
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def listings(include_mutants: bool = False, specs: tuple[str, ...] = ()) -> list[Listing]:
+    backends = builtin_backends() + (mutant_backends() if include_mutants else [])
+    for spec in specs:
+        backends += load_spec(spec)
+    out = [Listing(b, _availability(b)) for b in backends]
+    return out + plugin_backends()
+
+
+def get(name: str, include_mutants: bool = True, specs: tuple[str, ...] = ()) -> Backend:
+    for x in listings(include_mutants, specs):
+        if x.backend.name == name:
+            return x.backend
+    known = sorted(x.backend.name for x in listings(include_mutants, specs))
+    raise KeyError(f"backend {name!r} unknown; known: {', '.join(known)}")

@@ -1,0 +1,80 @@
+"""The packed varlen kernels under torch.ops.aten (CUDA): flash and memory-efficient.
+
+Sequences are packed with cumulative offsets (cu_seqlens); optional arguments (window sizes,
+seqused_k, ALiBi) are passed only where the installed op's schema has them, read at run time.
+Keys come contiguous (the adapter concatenates each sequence's keys: no paging exercised).
+"""
+from __future__ import annotations
+
+import torch
+
+from reference.case import AttentionType, DType
+from reference.inputs import Inputs
+
+from ._convert import cu_seqlens
+from .base import Actual, Backend, Capabilities, Feature, LseBase
+
+VARLEN_CAPS = Capabilities(
+    devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
+    head_sizes=(32, 64, 96, 128, 256), attn_types=frozenset(AttentionType),
+    features=frozenset({Feature.GQA, Feature.MQA, Feature.CONTEXT}), lse_base=LseBase.E)
+
+
+def _schema_args(op) -> set[str]:
+    return {a.name for a in op.default._schema.arguments}
+
+
+class AtenVarlen(Backend):
+    library = "torch"
+
+    def __init__(self, name: str, op_name: str) -> None:
+        self.name, self.op_name = name, op_name
+        self.description = f"torch.ops.aten.{op_name} over packed sequences (cu_seqlens), LSE returned"
+        self.caps = VARLEN_CAPS
+
+    def device(self) -> str:
+        return "cuda"
+
+    def _op(self):
+        return getattr(torch.ops.aten, self.op_name)
+
+    def availability(self) -> str | None:
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        if not hasattr(torch.ops.aten, self.op_name):
+            return f"torch {torch.__version__} has no aten.{self.op_name}"
+        return None
+
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        args = _schema_args(self._op()) if hasattr(torch.ops.aten, self.op_name) else set()
+        if case.sliding_window is not None and not ({"window_size_left", "window_size"} & args):
+            reasons.append("this torch's op takes no window argument")
+        return reasons
+
+    def run(self, inputs: Inputs) -> Actual:
+        case = inputs.case
+        dev = inputs.query.device
+        q = inputs.query
+        k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
+        cu_q, cu_k = cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev)
+        causal = case.attn_type == AttentionType.DECODER
+        if self.op_name == "_flash_attention_forward":
+            out, lse = self._op()(q, k, v, cu_q, cu_k, case.max_query_len, case.max_kv_len, 0.0, causal, False,
+                                  scale=case.softmax_scale)[:2]
+            # Packed varlen flash returns LSE [H, total_q].
+            return Actual(output=out, lse=lse.float().transpose(0, 1)[: case.num_tokens])
+        group = case.num_heads // case.num_kv_heads
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        # custom_mask_type 2: causal aligned bottom-right; 0: none.
+        out, lse = self._op()(q[None], k[None], v[None], None, cu_q, cu_k, case.max_query_len, case.max_kv_len,
+                              0.0, 2 if causal else 0, True, scale=case.softmax_scale)[:2]
+        # Varlen efficient returns LSE [1, H, total_q] (packed) on recent torch.
+        lse = lse[0].float()
+        lse = lse.transpose(0, 1)[: case.num_tokens] if lse.shape[-1] >= case.num_tokens else lse
+        return Actual(output=out[0], lse=lse)
+
+
+def aten_backends() -> list[Backend]:
+    return [AtenVarlen("aten-flash-varlen", "_flash_attention_forward"),
+            AtenVarlen("aten-efficient-varlen", "_efficient_attention_forward")]

@@ -1,0 +1,124 @@
+"""PyTorch's scaled_dot_product_attention, each kernel forced, and the raw CPU flash kernel.
+
+SDPA takes dense [B, H, L, D] tensors: the adapters call it once per sequence on the contiguous
+keys (no paged cache: these kernels never exercise paging). Masks and ALiBi go in as `attn_mask`.
+SDPA's own `is_causal` is top-left aligned, so decoder masks are always passed explicitly.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+
+from reference.case import AttentionType, DType
+from reference.inputs import Inputs
+
+from ._convert import alibi_additive, allowed, per_sequence
+from .base import Actual, Backend, Capabilities, Feature, LseBase
+
+ALL_TYPES = frozenset(AttentionType)
+MASK_FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.ALIBI, Feature.CHUNKED_LOCAL,
+                           Feature.CONTEXT})
+
+
+def _mask(inputs: Inputs, i: int, q: torch.Tensor, additive: bool = False) -> torch.Tensor:
+    """attn_mask for sequence i: bool, or float (-inf where hidden) with ALiBi or when `additive`."""
+    case = inputs.case
+    ok = allowed(case, i, q.device)
+    if inputs.alibi_slopes is None and not additive:
+        return ok[None]
+    if inputs.alibi_slopes is None:
+        return torch.zeros(ok.shape, dtype=q.dtype, device=q.device).masked_fill(~ok, float("-inf"))[None]
+    bias = alibi_additive(case, i, inputs.alibi_slopes.to(q.device))
+    return bias.masked_fill(~ok, float("-inf")).to(q.dtype)[None]
+
+
+class SdpaBackend(Backend):
+    """F.scaled_dot_product_attention with one kernel forced through sdpa_kernel()."""
+
+    library = "torch"
+
+    def __init__(self, name: str, kernel: str, device: str, caps: Capabilities, description: str) -> None:
+        self.name, self.kernel, self._device, self.caps, self.description = name, kernel, device, caps, description
+
+    def device(self) -> str:
+        return self._device
+
+    def availability(self) -> str | None:
+        if self._device == "cuda" and not torch.cuda.is_available():
+            return "no CUDA device"
+        return None
+
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        if self.kernel in ("FLASH_ATTENTION", "CUDNN_ATTENTION") and case.attn_type == AttentionType.DECODER and any(
+                s.context_len for s in case.sequences):
+            reasons.append("decoder with context needs a bottom-right causal mask; this kernel takes no mask")
+        return reasons
+
+    def run(self, inputs: Inputs) -> Actual:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        case = inputs.case
+        takes_mask = self.kernel not in ("FLASH_ATTENTION", "CUDNN_ATTENTION")
+
+        def one(i, q, k, v):
+            group = case.num_heads // case.num_kv_heads
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+            kw = dict(scale=case.softmax_scale)
+            if takes_mask:
+                kw["attn_mask"] = _mask(inputs, i, q)
+            else:  # prefill without context: top-left and bottom-right causal coincide
+                kw["is_causal"] = case.attn_type == AttentionType.DECODER
+            with sdpa_kernel(getattr(SDPBackend, self.kernel)):
+                out = F.scaled_dot_product_attention(q[None], k[None], v[None], **kw)[0]
+            return out, None
+
+        out, _ = per_sequence(inputs, one)
+        return Actual(output=out)
+
+
+class CpuFlashBackend(Backend):
+    """The raw CPU flash kernel `aten._scaled_dot_product_flash_attention_for_cpu` (returns LSE)."""
+
+    name = "torch-sdpa-cpu-flash"
+    library = "torch"
+    description = "aten._scaled_dot_product_flash_attention_for_cpu, per sequence, masks as attn_mask"
+    caps = Capabilities(devices=frozenset({"cpu"}), dtypes=frozenset(DType), attn_types=ALL_TYPES,
+                        features=MASK_FEATURES, lse_base=LseBase.E)
+
+    def run(self, inputs: Inputs) -> Actual:
+        case = inputs.case
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+        def one(i, q, k, v):
+            group = case.num_heads // case.num_kv_heads
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+            out, lse = op(q[None], k[None], v[None], 0.0, False, attn_mask=_mask(inputs, i, q, additive=True),
+                          scale=case.softmax_scale)
+            return out[0], lse[0]
+
+        out, lse = per_sequence(inputs, one)
+        return Actual(output=out, lse=lse.float())
+
+
+def sdpa_backends() -> list[Backend]:
+    """torch-sdpa-* for CPU (math) and CUDA (flash, efficient, cudnn, math)."""
+    base = Capabilities(dtypes=frozenset(DType), attn_types=ALL_TYPES, features=MASK_FEATURES | {Feature.HEAD_SIZE_V},
+                        lse_base=None)
+    no_mask = replace(base, dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
+                      features=frozenset({Feature.GQA, Feature.MQA, Feature.CONTEXT}),
+                      head_sizes=(32, 64, 96, 128, 256))
+    cuda = frozenset({"cuda"})
+    return [
+        SdpaBackend("torch-sdpa-math", "MATH", "cpu", base, "SDPA math kernel on CPU, dense attn_mask per sequence"),
+        SdpaBackend("torch-sdpa-math-cuda", "MATH", "cuda", replace(base, devices=cuda), "SDPA math kernel on CUDA"),
+        SdpaBackend("torch-sdpa-efficient", "EFFICIENT_ATTENTION", "cuda",
+                    replace(base, devices=cuda, features=MASK_FEATURES), "SDPA memory-efficient kernel, attn_mask"),
+        SdpaBackend("torch-sdpa-flash", "FLASH_ATTENTION", "cuda", replace(no_mask, devices=cuda),
+                    "SDPA flash kernel: no attn_mask, so causal only where top-left == bottom-right"),
+        SdpaBackend("torch-sdpa-cudnn", "CUDNN_ATTENTION", "cuda", replace(no_mask, devices=cuda),
+                    "SDPA cuDNN kernel: no attn_mask, so causal only where top-left == bottom-right"),
+        CpuFlashBackend(),
+    ]

@@ -1,0 +1,23 @@
+"""The blind-case probe: would this case's tolerance notice a mask that is off by one key?"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def shift_by_one_key(mask: Tensor) -> Tensor:
+    """Each row sees one key more (the first hidden key after its last visible one) or, where none
+    is left, one key fewer (its last visible key, if it has two or more). [H|1, q, k] -> same."""
+    if mask.numel() == 0:
+        return mask
+    k = mask.shape[-1]
+    idx = torch.arange(k, device=mask.device)
+    last = torch.where(mask, idx, torch.full_like(idx, -1)).amax(-1)  # [H, q]
+    nxt = last + 1
+    out = mask.clone()
+    can_add = nxt < k
+    out.scatter_(-1, nxt.clamp(max=k - 1)[..., None], (can_add[..., None] | out.gather(-1, nxt.clamp(max=k - 1)[..., None])))
+    can_drop = ~can_add & (mask.sum(-1) >= 2)
+    drop_at = last.clamp(min=0)[..., None]
+    out.scatter_(-1, drop_at, out.gather(-1, drop_at) & ~can_drop[..., None])
+    return out

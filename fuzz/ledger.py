@@ -1,0 +1,41 @@
+"""Known failures: each names the backend, a predicate over the Case, and the upstream issue.
+
+A `crashes=True` entry is never launched (it would kill or poison the worker): its row is written
+as a known crash straight away. Any other entry still runs; a failing row is marked known, and a
+row that *passes* is flagged `known_fixed` so a stale entry gets noticed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reference.case import Case
+
+
+@dataclass(frozen=True)
+class Finding:
+    backend: str
+    match: Callable[[Case], bool]
+    link: str
+    summary: str
+    crashes: bool = False
+
+
+def _has_empty_side(case: Case) -> bool:
+    return any(q == 0 or k == 0 for q, k in zip(case.query_lens, case.kv_lens))
+
+
+KNOWN: tuple[Finding, ...] = (
+    Finding("torch-sdpa-cpu-flash", _has_empty_side, "https://github.com/pytorch/pytorch/issues/141219",
+            "SIGFPE (process killed) when a sequence has 0 queries or 0 keys; issue closed upstream, still "
+            "reproduces on torch 2.13.0+cpu", crashes=True),
+    Finding("flex", lambda c: sum(c.kv_lens) == 0, "https://github.com/pytorch/pytorch/pull/147010",
+            "eager flex_attention raises IndexError when the packed key length is 0"),
+)
+
+
+def known_for(backend: str, case: Case) -> Finding | None:
+    for finding in KNOWN:
+        if finding.backend == backend and finding.match(case):
+            return finding
+    return None

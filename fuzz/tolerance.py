@@ -1,0 +1,79 @@
+"""The tolerance rule: a backend may be at most `factor` times as far from float64 as the baseline.
+
+    limit = factor * max|baseline - expected| + floor
+    floor = max(2 * max|(expected + 0.3 - 0.3) - expected| in the output dtype, abs_floor)
+
+`baseline` is the oracle recomputed in the case's dtype over the same (quantized) cache, with the
+scale applied to the keys instead of the queries (flash-attn's `upcast=False, reorder_ops=True`):
+an honest estimate of the error any correct low-precision kernel makes. The floor is never 0, so a
+baseline that happens to be exact (one key, say) does not demand an exact kernel (flash-attn #1231).
+A mean check rides beside the max check: mean|actual - expected| <= mean_factor * mean|baseline -
+expected| + floor / 4, catching a broad shift that stays under the max limit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from reference.case import DType, KVCacheDType
+
+
+@dataclass(frozen=True)
+class ToleranceRule:
+    factor: float
+    mean_factor: float
+    abs_floor: float
+    lse_factor: float
+    lse_floor: float
+    why: str
+
+
+# One table, calibrated on correct backends (benchmarks/calibrate.py; README "Tolerances").
+RULES: dict[DType, ToleranceRule] = {
+    DType.FLOAT32: ToleranceRule(4.0, 3.0, 1e-6, 4.0, 1e-5,
+                                 "fp32 kernels reorder sums (online softmax, split-K): a few ulps above a plain fp32 pass"),
+    DType.FLOAT16: ToleranceRule(2.0, 1.5, 2e-4, 2.0, 1e-3,
+                                 "fp16 kernels accumulate in fp32: no worse than twice a plain fp16 pass"),
+    DType.BFLOAT16: ToleranceRule(2.0, 1.5, 2e-3, 2.0, 1e-2,
+                                  "bf16 keeps 8 mantissa bits; fp32 accumulation: twice a plain bf16 pass"),
+}
+# Quantized caches: the baseline already reads the same quantized values; kernels differ from it in
+# where they dequantize and round P (fp8 kernels may round P to fp8), so allow more.
+QUANT_FACTOR = {KVCacheDType.FP8_E4M3: 4.0, KVCacheDType.FP8_E5M2: 4.0, KVCacheDType.INT8_KV: 4.0,
+                KVCacheDType.INT8_K_FP16_V: 4.0}
+
+
+def rule_for(dtype: DType, kv_cache_dtype: KVCacheDType = KVCacheDType.AUTO) -> ToleranceRule:
+    rule = RULES[dtype]
+    factor = QUANT_FACTOR.get(kv_cache_dtype)
+    if factor is None:
+        return rule
+    return ToleranceRule(max(rule.factor, factor), max(rule.mean_factor, factor), rule.abs_floor,
+                         rule.lse_factor, rule.lse_floor, rule.why + "; quantized cache: factor 4")
+
+
+def rounding_floor(expected: Tensor, dtype: torch.dtype) -> float:
+    """2 * the error of doing any arithmetic on `expected` in `dtype` (flash-attn's 0.3 trick)."""
+    if expected.numel() == 0:
+        return 0.0
+    e = expected.to(dtype)
+    return 2.0 * float(((e + 0.3 - 0.3).double() - expected).abs().max())
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_limit: float
+    mean_limit: float
+    floor: float
+
+
+def limits(rule: ToleranceRule, expected: Tensor, baseline: Tensor, dtype: torch.dtype) -> Limits:
+    """The max and mean error limits for one comparison."""
+    finite = torch.isfinite(expected) & torch.isfinite(baseline)
+    diff = (baseline - expected).abs()[finite]
+    base_max = float(diff.max()) if diff.numel() else 0.0
+    base_mean = float(diff.mean()) if diff.numel() else 0.0
+    floor = max(rounding_floor(expected[finite], dtype), rule.abs_floor)
+    return Limits(rule.factor * base_max + floor, rule.mean_factor * base_mean + floor / 4, floor)
