@@ -52,13 +52,14 @@ def _sometimes(draw, caps: Capabilities, feature: Feature, strategy: st.SearchSt
 
 @st.composite
 def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits: Limits,
-                   block_size: int | None) -> SequenceSpec:
+                   block_size: int | None, decode_only: bool = False) -> SequenceSpec:
     """One sequence: decode, spec-decode, chunked prefill or prefill, lengths weighted to edges."""
     max_q = limits.max_query if caps.max_query_len is None else min(limits.max_query, caps.max_query_len)
     min_q = 0 if _has(caps, Feature.EMPTY_QUERY) else 1
     if attn_type == AttentionType.DECODER:
         with_context = _has(caps, Feature.CONTEXT)
-        kind = draw(st.sampled_from(["decode", "prefill", "chunked", "spec"] if with_context else ["prefill"]))
+        kinds = ["decode", "prefill", "chunked", "spec"] if with_context else ["prefill"]
+        kind = "decode" if decode_only and with_context else draw(st.sampled_from(kinds))
         if kind == "decode":
             q = 1
         elif kind == "spec":
@@ -159,7 +160,9 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
 
     uses_cache = attn_type in (AttentionType.DECODER, AttentionType.ENCODER_DECODER) and bool(caps.kv_layouts)
     block_size = draw(st.sampled_from(sorted(caps.block_sizes))) if uses_cache else None
-    sequences = tuple(draw(st.lists(sequence_specs(attn_type, caps, limits, block_size),
+    # A batch of pure decodes is its own regime (vLLM's decode kernels, CUDA graphs): give it weight.
+    decode_only = attn_type == AttentionType.DECODER and draw(st.integers(0, 3)) == 0
+    sequences = tuple(draw(st.lists(sequence_specs(attn_type, caps, limits, block_size, decode_only),
                                     min_size=1, max_size=limits.max_sequences)))
     if sum(s.query_len for s in sequences) == 0:
         sequences = (SequenceSpec(query_len=1, context_len=sequences[0].context_len,

@@ -48,6 +48,8 @@ def per_token_head_int8_scale(x: Tensor) -> Tensor:
 
 def per_channel_int8_scale(x: Tensor) -> Tensor:
     """Static int8 value scale [heads, dim] = amax over tokens / 127 (the fork loads it from file)."""
+    if x.shape[0] == 0:
+        return torch.ones(x.shape[1:], dtype=torch.float32)
     amax = x.abs().to(torch.float32).amax(dim=0)
     return torch.where(amax > 0, amax / INT8_MAX, torch.ones_like(amax))
 

@@ -1,0 +1,90 @@
+"""Planted-bug detection: examples and seconds to the first kill of each mutant, and false alarms
+of the correct backends in the same run. Usage: python benchmarks/detection.py [--seeds N] [--budget B]
+
+Each mutant is fuzzed with the same strategies a campaign uses (in-process, generation phase only),
+once per seed; the table gives the median over seeds. Correct backends get the same budget.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+
+from backends.naive import NaivePaged, mutants  # noqa: E402
+from backends.registry import listings  # noqa: E402
+from fuzz.compare import Verdict, evaluate  # noqa: E402
+from fuzz.ledger import known_for  # noqa: E402
+from fuzz.strategies import cases  # noqa: E402
+
+
+class Killed(Exception):
+    pass
+
+
+def first_kill(backend, seed_value: int, budget: int):
+    """(examples, seconds) to the first failing verdict, or None; plus failures seen."""
+    n = {"i": 0}
+    start = time.perf_counter()
+
+    @seed(seed_value)
+    @settings(max_examples=budget, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(cases(backend.caps))
+    def run(case):
+        known = known_for(backend.name, case)
+        if known is not None:
+            return
+        n["i"] += 1
+        row = evaluate(backend, case).row
+        if Verdict(row["verdict"]).is_failure:
+            raise Killed(n["i"], time.perf_counter() - start, row["verdict"], row.get("message", "")[:100])
+
+    try:
+        run()
+    except Killed as k:
+        return k.args
+    return None
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--budget", type=int, default=300)
+    p.add_argument("--correct", action="append", help="correct backends to check for false alarms")
+    a = p.parse_args()
+    warnings.simplefilter("ignore")
+    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    print(f"# detection benchmark: {dev}, torch {torch.__version__}, seeds={a.seeds}, budget={a.budget}")
+    print("| mutant | killed | median examples | median seconds | first verdict |")
+    print("|---|---|---|---|---|")
+    medians = []
+    for m in mutants():
+        kills = [first_kill(m, s, a.budget) for s in range(a.seeds)]
+        got = [k for k in kills if k]
+        ex = statistics.median(k[0] for k in got) if got else float("nan")
+        sec = statistics.median(k[1] for k in got) if got else float("nan")
+        medians.append(sec)
+        print(f"| {m.name} | {len(got)}/{a.seeds} | {ex} | {sec:.2f} | {got[0][2] if got else '-'} |", flush=True)
+    print(f"\nmedian time to first kill over all mutants: {statistics.median(medians):.2f} s")
+    names = a.correct or [NaivePaged().name] + [x.backend.name for x in listings() if x.available
+                                                and x.backend.name not in ("flex-compiled", "torch-naive-paged")]
+    print("\n| correct backend | seeds x budget | false alarms |\n|---|---|---|")
+    by_name = {x.backend.name: x.backend for x in listings()}
+    for name in names:
+        alarms = [first_kill(by_name[name], s, a.budget) for s in range(a.seeds)]
+        bad = [x for x in alarms if x]
+        print(f"| {name} | {a.seeds} x {a.budget} | {len(bad)}{' ' + str(bad[0]) if bad else ''} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The registry never fails on a missing library; plugins load by module:attr."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from backends.base import Backend, Capabilities
+from backends.registry import get, listings, load_spec
+
+
+class MissingLibrary(Backend):
+    name = "needs-nonexistent-lib"
+
+    def availability(self):
+        try:
+            import attnref_nonexistent_library  # noqa: F401
+        except ImportError as e:
+            return f"import failed: {e}"
+        return None
+
+
+def make_missing():
+    return MissingLibrary()
+
+
+def test_missing_library_makes_backend_unavailable_with_reason():
+    listed = {x.backend.name: x for x in listings(specs=("tests.backends.test_registry:make_missing",))}
+    assert listed["needs-nonexistent-lib"].unavailable.startswith("import failed")
+
+
+def test_load_spec_accepts_instances_classes_and_factories():
+    assert load_spec("tests.backends.test_registry:MissingLibrary")[0].name == "needs-nonexistent-lib"
+    assert load_spec("tests.backends.test_registry:make_missing")[0].name == "needs-nonexistent-lib"
+
+
+def test_unknown_backend_lists_the_known_ones():
+    try:
+        get("no-such-backend")
+    except KeyError as e:
+        assert "torch-sdpa-math" in str(e)
+    else:
+        raise AssertionError("expected KeyError")
+
+
+def test_cli_backends_prints_every_backend_with_availability():
+    out = subprocess.run([sys.executable, "-m", "fuzz.cli", "backends"], capture_output=True, text=True, check=True).stdout
+    for name in ("torch-sdpa-math", "torch-sdpa-cpu-flash", "flex", "aten-flash-varlen", "torch-sdpa-cudnn"):
+        assert name in out
+    assert "unavailable: no CUDA device" in out or "available" in out
+
+
+def test_capabilities_reasons_name_the_field():
+    from reference.case import Case, DType, SequenceSpec
+
+    caps = Capabilities(dtypes=frozenset({DType.FLOAT16}), head_sizes=(64,))
+    reasons = caps.reasons(Case(sequences=(SequenceSpec(2),), head_size=8))
+    assert any("dtype=bfloat16" in r for r in reasons) and any("head_size=8" in r for r in reasons)

@@ -1,0 +1,38 @@
+"""The strategies reach the edges they promise, in a stated fraction of draws."""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+
+from backends.naive import NAIVE_CAPS
+from fuzz.strategies import cases
+
+N = 300
+
+
+def _draws(caps):
+    out = []
+
+    @settings(max_examples=N, database=None, suppress_health_check=list(HealthCheck))
+    @given(cases(caps))
+    def collect(case):
+        out.append(case)
+
+    collect()
+    return out
+
+
+def test_edges_appear_often_enough():
+    draws = _draws(NAIVE_CAPS)
+    frac = lambda pred: sum(1 for c in draws if pred(c)) / len(draws)  # noqa: E731
+    assert frac(lambda c: any(s.context_len == 0 for s in c.sequences)) > 0.2
+    assert frac(lambda c: c.sliding_window == 1) > 0.01
+    assert frac(lambda c: c.cache and any(n % c.cache.block_size in (0, 1, c.cache.block_size - 1) for n in c.kv_lens)) > 0.3
+    assert frac(lambda c: c.num_heads // c.num_kv_heads in (3, 5, 7)) > 0.05
+    assert frac(lambda c: c.cache and c.cache.table.value == "shuffled") > 0.05
+    assert frac(lambda c: c.cache and c.cache.quant.kv_cache_dtype.is_fp8 and set(c.cache.quant.k_scales) != {1.0}) > 0.02
+    assert frac(lambda c: c.max_query_len == 1 and any(s.context_len for s in c.sequences)) > 0.05
+
+
+def test_draws_stay_inside_the_declaration():
+    for case in _draws(NAIVE_CAPS)[:100]:
+        assert NAIVE_CAPS.reasons(case, "cpu") == []

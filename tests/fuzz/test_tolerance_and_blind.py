@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import torch
+from hypothesis import given, strategies as st
+
+import reference as r
+from fuzz.blind import shift_by_one_key
+from fuzz.compare import evaluate
+from fuzz.tolerance import RULES, limits, rounding_floor, rule_for
+from backends.naive import NaivePaged
+
+
+def test_floor_is_never_zero_even_when_the_baseline_is_exact():
+    expected = torch.zeros(3, 2, 4, dtype=torch.float64)
+    lim = limits(RULES[r.DType.BFLOAT16], expected, expected.clone(), torch.bfloat16)
+    assert lim.max_limit > 0 and lim.floor >= RULES[r.DType.BFLOAT16].abs_floor
+
+
+def test_rounding_floor_grows_with_magnitude():
+    values = torch.linspace(0.11, 0.97, 50, dtype=torch.float64)
+    small = rounding_floor(values, torch.bfloat16)
+    big = rounding_floor(values * 300, torch.bfloat16)
+    assert big > small >= 0
+
+
+def test_quantized_caches_get_the_quantization_factor():
+    assert rule_for(r.DType.BFLOAT16, r.KVCacheDType.FP8_E4M3).factor > RULES[r.DType.BFLOAT16].factor
+
+
+@given(st.integers(1, 6), st.integers(1, 6))
+def test_mask_shift_changes_each_row_by_exactly_one_key_where_possible(q, k):
+    mask = torch.rand(2, q, k) > 0.5
+    shifted = shift_by_one_key(mask)
+    changed = (shifted != mask).sum(-1)
+    assert (changed <= 1).all()
+    can_add = ~mask[..., -1]  # some hidden key follows the last visible one
+    can_drop = mask.sum(-1) >= 2
+    assert (changed[can_add | can_drop] == 1).all()
+
+
+def test_uniform_attention_over_many_keys_is_reported_blind():
+    # Values near 0 and a tiny logit scale: shifting the mask by one key cannot exceed the limit.
+    case = r.Case(sequences=(r.SequenceSpec(query_len=1, context_len=400),), num_heads=1, num_kv_heads=1,
+                  head_size=8, values=r.Values(logit_scale=0.01), dtype=r.DType.BFLOAT16,
+                  cache=r.CacheSpec(block_size=16))
+    row = evaluate(NaivePaged(), case).row
+    assert row["verdict"] in ("blind", "pass")
+    assert row["mask_shift_error"] < 0.2
