@@ -15,7 +15,7 @@ from reference.case import AttentionType, DType
 from reference.inputs import Inputs
 
 from ._convert import alibi_additive, allowed, per_sequence
-from .base import Actual, Backend, Capabilities, Feature, LseBase
+from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported
 
 ALL_TYPES = frozenset(AttentionType)
 MASK_FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.ALIBI, Feature.CHUNKED_LOCAL,
@@ -71,8 +71,13 @@ class SdpaBackend(Backend):
                 kw["attn_mask"] = _mask(inputs, i, q)
             else:  # prefill without context: top-left and bottom-right causal coincide
                 kw["is_causal"] = case.attn_type == AttentionType.DECODER
-            with sdpa_kernel(getattr(SDPBackend, self.kernel)):
-                out = F.scaled_dot_product_attention(q[None], k[None], v[None], **kw)[0]
+            try:
+                with sdpa_kernel(getattr(SDPBackend, self.kernel)):
+                    out = F.scaled_dot_product_attention(q[None], k[None], v[None], **kw)[0]
+            except RuntimeError as e:  # the forced kernel refused: a declaration bug, not a crash
+                if "No available kernel" in str(e):
+                    raise Unsupported(f"SDPA {self.kernel} refused: {e}") from e
+                raise
             return out, None
 
         out, _ = per_sequence(inputs, one)

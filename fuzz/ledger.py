@@ -29,8 +29,9 @@ KNOWN: tuple[Finding, ...] = (
     Finding("torch-sdpa-cpu-flash", _has_empty_side, "https://github.com/pytorch/pytorch/issues/141219",
             "SIGFPE (process killed) when a sequence has 0 queries or 0 keys; issue closed upstream, still "
             "reproduces on torch 2.13.0+cpu", crashes=True),
-    Finding("flex", lambda c: sum(c.kv_lens) == 0, "https://github.com/pytorch/pytorch/pull/147010",
-            "eager flex_attention raises IndexError when the packed key length is 0"),
+    *(Finding(name, lambda c: sum(c.kv_lens) == 0, "https://github.com/pytorch/pytorch/pull/147010",
+              "flex_attention raises IndexError when the packed key length is 0")
+      for name in ("flex", "flex-compiled", "flex-cuda", "flex-compiled-cuda")),
 )
 
 

@@ -1,0 +1,75 @@
+"""The report builds from a synthetic results set with every verdict, escapes markup, and renders."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from fuzz.campaign import append_row
+from reports.build import build_report, load_rows, tolerance_table
+
+VERDICTS = ["pass", "blind", "unsupported", "mismatch", "nan", "contract", "crash", "timeout"]
+MARKUP = "<script>alert('x')</script>"
+
+
+def _synthetic(out: Path) -> None:
+    (out / "cases").mkdir(parents=True)
+    for i, v in enumerate(VERDICTS * 3):
+        append_row(out, {"backend": f"b{i % 2}", "verdict": v, "phase": "generate", "dtype": "bfloat16",
+                         "kv_cache_dtype": "auto", "features": "gqa,window" if i % 3 else "", "attn_type": "decoder",
+                         "case": json.dumps({"note": MARKUP}), "message": f"{v} {MARKUP}", "error_ratio": 0.1 * (i + 1),
+                         "max_err": 0.01 * i, "limit": 0.05})
+    case = {"sequences": [{"query_len": 2, "context_len": 1, "encoder_len": 0}], "num_heads": 2, "head_size": 4,
+            "tag": MARKUP}
+    (out / "cases" / "b0-abc.json").write_text(json.dumps({
+        "backend": "b0", "verdict": "mismatch", "case": case, "replay": "attnref replay x --backend b0",
+        "row": {"message": "max error 1 > limit 0.1", "max_err": 1.0, "limit": 0.1, "worst_token_flat": 1, "worst_head": 0}}))
+    torch.save({"expected_output": torch.zeros(2, 2, 4), "actual_output": torch.ones(2, 2, 4),
+                "expected_lse": torch.zeros(2, 2), "actual_lse": torch.full((2, 2), float("-inf")),
+                "query_start_loc": torch.tensor([0, 2])}, out / "cases" / "b0-abc.pt")
+
+
+def test_report_builds_every_artifact(tmp_path):
+    _synthetic(tmp_path)
+    paths = build_report(tmp_path)
+    for name in ("results.csv", "results.parquet", "tolerance.csv", "junit.xml", "summary.md"):
+        assert (tmp_path / name).exists(), name
+    index = paths["index"].read_text()
+    page = (paths["index"].parent / "b0-abc.html").read_text()
+    assert "data:image/png;base64," in page and "attnref replay x --backend b0" in page
+    assert MARKUP not in index and MARKUP not in page
+    assert "&lt;script&gt;" in page  # the case field is shown, as text
+    assert "failures=" in (tmp_path / "junit.xml").read_text()
+
+
+def test_tolerance_table_counts_and_pass_rate(tmp_path):
+    _synthetic(tmp_path)
+    tol = tolerance_table(load_rows(tmp_path))
+    assert tol["examples"].sum() == 24 and set(tol.columns) >= {"pass_rate", "ratio_p90", "worst_ratio"}
+
+
+@pytest.mark.browser
+def test_report_renders_in_headless_chromium(tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (.ci/run installs it with apt-get where it can)")
+    _synthetic(tmp_path)
+    paths = build_report(tmp_path)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    for page in (paths["index"], paths["index"].parent / "b0-abc.html"):
+        dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                             timeout=120).stdout
+        assert "<table" in dom
+        assert "<script>alert" not in dom  # the markup in a case field stayed text
+    dom = subprocess.run([chromium, *flags, "--dump-dom", (paths["index"].parent / "b0-abc.html").as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert 'id="heatmap"' in dom and 'id="case"' in dom and "&lt;script&gt;" in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1200,900", paths["index"].as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 1000
