@@ -13,11 +13,8 @@ from fuzz.ledger import known_for
 from fuzz.strategies import Limits, cases
 
 SLOW = {"flex-compiled": "inductor compiles each new variant (tens of seconds on 2 CPU cores); ATTNREF_SLOW=1 runs it"}
-AVAILABLE = [x.backend for x in listings() if x.available]
-
-
-@pytest.mark.parametrize("backend", AVAILABLE, ids=lambda b: b.name)
-def test_backend_agrees_with_the_oracle(backend):
+def test_backend_agrees_with_the_oracle(attnref_backend):
+    backend = attnref_backend
     if backend.name in SLOW and not os.environ.get("ATTNREF_SLOW"):
         pytest.skip(SLOW[backend.name])
     warnings.simplefilter("ignore")
