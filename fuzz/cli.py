@@ -32,7 +32,7 @@ def _cmd_backends(a) -> int:
 
 def _cmd_fuzz(a) -> int:
     from backends.registry import listings
-    from .campaign import CampaignConfig, read_rows, run_campaign
+    from .campaign import CampaignConfig, run_campaign
 
     available = [x.backend.name for x in listings(include_mutants=a.mutants, specs=tuple(a.backend_spec)) if x.available]
     names = a.backend or [n for n in available if not n.startswith("mutant-") or a.mutants]
@@ -84,8 +84,6 @@ def _print_summary(rows: list[dict]) -> None:
 
 
 def _cmd_replay(a) -> int:
-    import torch
-
     from backends.registry import get
     from reference.case import Case
     from .compare import evaluate
@@ -104,7 +102,6 @@ def _cmd_replay(a) -> int:
     expected = payload.get("verdict")
     if expected and expected != row["verdict"]:
         print(f"note: the saved verdict was {expected}", file=sys.stderr)
-    del torch
     return 0 if row["verdict"] in ("pass", "blind") else 1
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from backends.base import ALL_FEATURES, Capabilities, Feature
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockTableKind, CacheSpec, Case,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
-                            ValueDistribution, Values)
+                            ValueDistribution, Values, kv_len)
 
 
 @dataclass(frozen=True)
@@ -171,9 +171,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     if uses_cache and (caps.requires_cache or draw(st.booleans())):
         cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size))
 
-    max_kv = max([s.context_len + s.query_len if attn_type == AttentionType.DECODER else
-                  (s.encoder_len if attn_type == AttentionType.ENCODER_DECODER else s.query_len)
-                  for s in sequences] + [1])
+    max_kv = max([kv_len(attn_type, s) for s in sequences] + [1])
     window = None
     if attn_type != AttentionType.ENCODER_DECODER:
         window = _sometimes(draw, caps, Feature.WINDOW, st.sampled_from(

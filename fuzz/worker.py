@@ -103,10 +103,9 @@ def fuzz_backend(backend_name: str, out: Path, *, examples: int | None, seconds:
             test()
         except _Found:
             pass
-        except Exception as e:  # hypothesis wraps; keep going with the next round
+        except Exception:  # hypothesis may wrap our _Found; a real harness error has no failure recorded
             if state["failure"] is None:
                 raise
-            del e
         if state["failure"] is not None:
             row, evaluation = state["failure"]
             path = save_case(out, backend_name, row["case"], row["verdict"], evaluation)

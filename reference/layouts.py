@@ -98,7 +98,6 @@ def _views(cache: PagedCache) -> tuple[Tensor, Tensor]:
     layout, t = cache.layout, cache.tensors
     if layout == KVLayout.PAGED_V0:
         key, value = t
-        nb, h, dx, bs, x = key.shape
         return key.permute(0, 3, 1, 2, 4), value.permute(0, 3, 1, 2)  # [nb, bs, h, D/x, x], [nb, bs, h, D]
     hnd = layout in (KVLayout.FLASH_HND, KVLayout.FLASHINFER_HND)
     if len(t) == 2:

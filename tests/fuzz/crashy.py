@@ -2,40 +2,42 @@
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 
 from backends.naive import NaivePaged
 
 
-class Segfaults(NaivePaged):
-    """Kills its process (SIGSEGV) on any case with two or more sequences."""
+class _Misbehaves(NaivePaged):
+    """The correct paged kernel, except on any case with two or more sequences."""
 
-    def __init__(self):
+    def __init__(self, name: str) -> None:
         super().__init__()
-        self.name = "test-segfaults"
+        self.name = name
+
+    def misbehave(self) -> None:
+        raise NotImplementedError
 
     def run(self, inputs):
         if len(inputs.case.sequences) >= 2:
-            ctypes.string_at(0)  # dereference NULL: the process dies, as a faulting kernel would
+            self.misbehave()
         return super().run(inputs)
 
 
-class Hangs(NaivePaged):
-    """Never returns on any case with two or more sequences."""
-
+class Segfaults(_Misbehaves):
     def __init__(self):
-        super().__init__()
-        self.name = "test-hangs"
+        super().__init__("test-segfaults")
 
-    def run(self, inputs):
-        if len(inputs.case.sequences) >= 2:
-            time.sleep(3600)
-        return super().run(inputs)
+    def misbehave(self) -> None:
+        ctypes.string_at(0)  # dereference NULL: the process dies, as a faulting kernel would
+
+
+class Hangs(_Misbehaves):
+    def __init__(self):
+        super().__init__("test-hangs")
+
+    def misbehave(self) -> None:
+        time.sleep(3600)
 
 
 def all_crashy():
     return [Segfaults(), Hangs()]
-
-
-del os
