@@ -39,6 +39,7 @@ class Feature(Enum):
     EMPTY_QUERY = "empty_query"  # sequences with query_len 0
     Q_FP8 = "q_fp8"
     DYNAMIC_SCALES = "dynamic_scales"
+    LAYERED_CACHE = "layered_cache"  # the cache tensor is one layer of a [L, ...] tensor (strided memory)
 
 
 ALL_FEATURES = frozenset(Feature)

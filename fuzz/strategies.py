@@ -32,7 +32,7 @@ ORACLE_CAPS = Capabilities(
     devices=frozenset({"cpu", "cuda"}), dtypes=frozenset(DType), head_sizes=(8, 16, 24, 32, 64),
     attn_types=frozenset(AttentionType), features=ALL_FEATURES, kv_layouts=frozenset(KVLayout),
     kv_cache_dtypes=frozenset(KVCacheDType), scale_granularities=frozenset(ScaleGranularity),
-    block_sizes=(1, 2, 3, 4, 5, 8, 16, 32), reads_paged_cache=True,
+    block_sizes=(1, 2, 3, 4, 5, 8, 16, 32, 48, 256, 272), reads_paged_cache=True,
 )
 """Everything the oracle can evaluate: used to test the oracle itself."""
 
@@ -120,6 +120,10 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
     elem_bytes = 1 if (kvd.is_fp8 or kvd.is_int8) else dtype.torch.itemsize
     if head_size % (16 // elem_bytes) or head_size_v != head_size:
         layouts = [x for x in layouts if x != KVLayout.PAGED_V0]
+    if num_kv_heads != 1 or head_size_v > head_size or kvd.is_int8:
+        layouts = [x for x in layouts if x != KVLayout.MLA_LATENT]
+    if not layouts:  # e.g. only mla_latent declared but this draw has several kv heads
+        layouts = [KVLayout.FLASH_NHD] if KVLayout.FLASH_NHD in caps.kv_layouts else sorted(caps.kv_layouts, key=lambda x: x.value)[:1]
     layout = draw(st.sampled_from(layouts))
     tables = sorted(caps.block_tables - {BlockTableKind.SHARED_PREFIX}, key=lambda x: x.value)
     table = draw(st.sampled_from(tables))
@@ -129,6 +133,8 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
     scale = st.sampled_from([1.0, 0.5, 0.25, 0.75, 2.0, 0.03125])
     k_scales = tuple(draw(st.lists(scale, min_size=n, max_size=n))) if kvd.is_fp8 else (1.0,) * n
     v_scales = tuple(draw(st.lists(scale, min_size=n, max_size=n))) if kvd.is_fp8 else (1.0,) * n
+    if layout == KVLayout.MLA_LATENT:
+        v_scales = k_scales  # one latent tensor, one scale
     dynamic = bool(kvd.is_fp8 and gran == ScaleGranularity.PER_TENSOR and Feature.DYNAMIC_SCALES in caps.features
                    and draw(st.booleans()))
     q_fp8 = None
@@ -136,7 +142,13 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
         q_fp8 = draw(st.none() | st.sampled_from([0.5, 0.75, 1.0]))
     spare = draw(st.sampled_from([0, 0, 1, 3]))
     padding = draw(st.sampled_from([0, 0, 1, 2])) if caps.writes_cache else 0
+    layers = layer = 0
+    if (Feature.LAYERED_CACHE in caps.features and layout in (KVLayout.FLASH_NHD, KVLayout.FLASH_HND)
+            and head_size_v == head_size and kvd != KVCacheDType.INT8_K_FP16_V):
+        layers = draw(st.sampled_from([0, 0, 0, 1, 3]))
+        layer = draw(st.integers(0, max(layers - 1, 0)))
     return CacheSpec(layout=layout, block_size=block_size, table=table, spare_blocks=spare, padding_slots=padding,
+                     layers=layers, layer=layer,
                      quant=Quant(kv_cache_dtype=kvd, granularity=gran, k_scales=k_scales, v_scales=v_scales,
                                  dynamic_scales=dynamic, q_fp8_scale=q_fp8))
 

@@ -68,6 +68,7 @@ class KVLayout(Enum):
     FLASHINFER_NHD = "flashinfer_nhd"  # [num_blocks, 2, block_size, H_kv, D]
     FLASHINFER_HND = "flashinfer_hnd"  # [num_blocks, 2, H_kv, block_size, D]
     PAGED_V0 = "paged_v0"  # key [nb, H_kv, D/x, bs, x], value [nb, H_kv, D, bs]
+    MLA_LATENT = "mla_latent"  # [nb, bs, kv_lora_rank + rope_dim]: one latent "head"; value = its prefix
 
 
 class BlockTableKind(Enum):
@@ -154,6 +155,10 @@ class CacheSpec:
     spare_blocks: int = 0  # never-referenced blocks in the pool (canaries)
     padding_slots: int = 0  # trailing slot_mapping entries of -1 (CUDA-graph padding)
     quant: Quant = field(default_factory=Quant)
+    # A leading layers dimension (vLLM's include_num_layers_dimension): 0 = none; L >= 1 = one tensor
+    # holds L layers in vLLM's stride order and the case reads layer `layer` (the others are canaries).
+    layers: int = 0
+    layer: int = 0
 
 
 @dataclass(frozen=True)
@@ -267,6 +272,8 @@ class Case:
                 on.add(f"kv_{self.kv_cache_dtype.value}")
             if self.cache.quant.q_fp8_scale is not None:
                 on.add("q_fp8")
+            if self.cache.layers:
+                on.add("layered_cache")
         if any(s.query_len == 0 for s in self.sequences):
             on.add("empty_query")
         if any(0 < s.query_len and s.context_len > 0 for s in self.sequences):
@@ -395,6 +402,26 @@ def _validate_cache(case: Case) -> None:
                  f"Case.cache.prefix_blocks={c.prefix_blocks}: every decoder sequence needs "
                  f"context_len >= {shared} (prefix_blocks * block_size)")
     q = c.quant
+    _require(isinstance(c.layers, int) and c.layers >= 0 and isinstance(c.layer, int)
+             and 0 <= c.layer < max(c.layers, 1),
+             f"Case.cache.layers={c.layers!r}, layer={c.layer!r}: layers >= 0 (0: no layers dimension) "
+             f"and 0 <= layer < max(layers, 1)")
+    if c.layers:
+        _require(c.layout in (KVLayout.FLASH_NHD, KVLayout.FLASH_HND),
+                 f"Case.cache.layout={c.layout.value}: a layers dimension is defined for "
+                 f"['flash_hnd', 'flash_nhd'] (vLLM's get_kv_cache_stride_order)")
+        _require(case.value_size == case.head_size and q.kv_cache_dtype != KVCacheDType.INT8_K_FP16_V,
+                 "Case.cache.layers: a layered cache stacks key and value in one tensor; head_size_v and "
+                 "kv_cache_dtype=int8_k_fp16_v need separate tensors")
+    if c.layout == KVLayout.MLA_LATENT:
+        _require(case.num_kv_heads == 1,
+                 f"Case.num_kv_heads={case.num_kv_heads}: layout mla_latent holds one latent head; must be 1")
+        _require(case.value_size <= case.head_size,
+                 f"Case.head_size_v={case.value_size}: layout mla_latent reads the value as the first "
+                 f"head_size_v (kv_lora_rank) elements of the latent; must be <= head_size={case.head_size}")
+        _require(not q.kv_cache_dtype.is_int8 and q.k_scales == q.v_scales,
+                 f"Case.cache.quant: layout mla_latent stores one tensor with one scale; kv_cache_dtype="
+                 f"{q.kv_cache_dtype.value} must not be int8 and k_scales must equal v_scales")
     if c.layout == KVLayout.PAGED_V0:
         x = 16 // (1 if (q.kv_cache_dtype.is_fp8 or q.kv_cache_dtype.is_int8) else case.dtype.torch.itemsize)
         _require(case.head_size % x == 0,

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import layouts, quant
-from .case import (AttentionType, BlockTableKind, Case, KVCacheDType, ScaleGranularity,
+from .case import (AttentionType, BlockTableKind, Case, KVCacheDType, KVLayout, ScaleGranularity,
                    ValueDistribution)
 from .layouts import PagedCache
 
@@ -114,8 +114,7 @@ def to_device(inputs: Inputs, device: torch.device | str) -> Inputs:
         if isinstance(x, tuple):
             return tuple(move(t) for t in x)
         if isinstance(x, KVCache):
-            return KVCache(PagedCache(x.paged.layout, move(x.paged.tensors), x.paged.head_size, x.paged.head_size_v),
-                           x.kv_cache_dtype, move(x.k_scale), move(x.v_scale), move(x.k_scale_cache),
+            return KVCache(x.paged.with_storage(lambda t: t.to(device)), x.kv_cache_dtype, move(x.k_scale), move(x.v_scale), move(x.k_scale_cache),
                            move(x.v_channel_scale))
         return x
 
@@ -156,6 +155,8 @@ def _draw_keys_values(case: Case, gen: torch.Generator) -> tuple[list[Tensor], l
             k[tokens] *= 8.0
         if shared:
             k[:shared], v[:shared] = prefix_k, prefix_v
+        if case.cache is not None and case.cache.layout == KVLayout.MLA_LATENT:
+            v = k[..., :dv].clone()  # MLA: the value is the latent itself (its first kv_lora_rank dims)
         keys.append(k)
         values.append(v)
     return keys, values
@@ -205,8 +206,10 @@ def _scales(case: Case, keys: list[Tensor], values: list[Tensor]) -> tuple[Tenso
     q = case.cache.quant
     if q.dynamic_scales:
         all_k, all_v = torch.cat(keys), torch.cat(values)
-        return (torch.tensor([quant.dynamic_scale(all_k, quant.K_RANGE)]),
-                torch.tensor([quant.dynamic_scale(all_v, quant.V_RANGE)]))
+        k_scale = torch.tensor([quant.dynamic_scale(all_k, quant.K_RANGE)])
+        if case.cache.layout == KVLayout.MLA_LATENT:  # one latent tensor, one scale
+            return k_scale, k_scale
+        return k_scale, torch.tensor([quant.dynamic_scale(all_v, quant.V_RANGE)])
     return torch.tensor(q.k_scales, dtype=torch.float32), torch.tensor(q.v_scales, dtype=torch.float32)
 
 
@@ -220,7 +223,7 @@ def empty_cache(case: Case, num_blocks: int, v_channel_scale: Tensor | None, k_s
                  KVCacheDType.INT8_KV: torch.int8, KVCacheDType.INT8_K_FP16_V: torch.int8}.get(kvd, model)
     value_dtype = model if kvd == KVCacheDType.INT8_K_FP16_V else key_dtype
     paged = layouts.allocate(spec.layout, num_blocks, spec.block_size, case.num_kv_heads, case.head_size,
-                             case.value_size, key_dtype, value_dtype)
+                             case.value_size, key_dtype, value_dtype, layers=spec.layers, layer=spec.layer)
     k_scale_cache = None
     if kvd.is_int8:
         k_scale_cache = torch.full((num_blocks, case.num_kv_heads, spec.block_size), float("nan"))

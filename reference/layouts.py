@@ -11,6 +11,17 @@ differ only in data (shape and permutation), never in indexing code.
 | flashinfer_nhd  | [num_blocks, 2, block_size, H_kv, D]            | cache[:, 0]             |
 | flashinfer_hnd  | [num_blocks, 2, H_kv, block_size, D]            | cache[:, 0].permute(0,2,1,3) |
 | paged_v0        | key [nb, H_kv, D/x, bs, x], value [nb, H_kv, D, bs], x = 16 bytes / element |
+| mla_latent      | [num_blocks, block_size, kv_lora_rank + rope_dim] | cache[:, :, None, :]  (value: its first D_v) |
+
+With a leading layers dimension (vLLM's `get_kv_cache_stride_order(include_num_layers_dimension=True)`)
+one tensor holds L layers. Its logical shape puts layers first, its memory puts blocks first:
+
+| layout     | logical shape                  | memory order (stride order)           |
+|------------|--------------------------------|---------------------------------------|
+| flash_nhd  | [L, 2, nb, bs, H_kv, D]        | [nb, L, 2, bs, H_kv, D]  (2, 0, 1, 3, 4, 5) |
+| flash_hnd  | [L, 2, nb, H_kv, bs, D]        | [nb, H_kv, L, 2, bs, D]  (2, 3, 0, 1, 4, 5) |
+
+A layer's tensor is `logical[layer]`: the same shape as the unlayered layout, with strided memory.
 """
 from __future__ import annotations
 
@@ -27,9 +38,11 @@ class PagedCache:
     """The physical cache tensors of one layer (key and value may share one tensor)."""
 
     layout: KVLayout
-    tensors: tuple[Tensor, ...]  # one tensor, or (key, value) for paged_v0
+    tensors: tuple[Tensor, ...]  # one tensor, or (key, value) for paged_v0: what a kernel is handed
     head_size: int
     head_size_v: int
+    storage: Tensor | None = None  # layered caches: the whole [L, ...] logical tensor (aliases tensors)
+    layer: int = 0
 
     @property
     def num_blocks(self) -> int:
@@ -48,7 +61,23 @@ class PagedCache:
         return _views(self)[1]
 
     def clone(self) -> "PagedCache":
-        return PagedCache(self.layout, tuple(t.clone() for t in self.tensors), self.head_size, self.head_size_v)
+        return self.with_storage(lambda t: t.clone())
+
+    def with_storage(self, fn) -> "PagedCache":
+        """A cache whose tensors are fn(tensor), keeping a layered cache's aliasing and memory order."""
+        if self.storage is None:
+            return PagedCache(self.layout, tuple(fn(t) for t in self.tensors), self.head_size, self.head_size_v)
+        physical = fn(self.storage.permute(*_LAYERED_ORDER[self.layout]))  # copy in memory order
+        storage = physical.permute(*_inverse(_LAYERED_ORDER[self.layout]))
+        return PagedCache(self.layout, (storage[self.layer],), self.head_size, self.head_size_v, storage, self.layer)
+
+
+# Memory order of a layered cache, as a permutation of its logical [L, 2, nb, ...] dims.
+_LAYERED_ORDER = {KVLayout.FLASH_NHD: (2, 0, 1, 3, 4, 5), KVLayout.FLASH_HND: (2, 3, 0, 1, 4, 5)}
+
+
+def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(range(len(perm)), key=lambda i: perm[i]))
 
 
 def v0_split(head_size: int, element_bytes: int) -> int:
@@ -58,13 +87,22 @@ def v0_split(head_size: int, element_bytes: int) -> int:
 
 def allocate(layout: KVLayout, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
              head_size_v: int, key_dtype: torch.dtype, value_dtype: torch.dtype | None = None,
-             device: torch.device | str = "cpu") -> PagedCache:
+             device: torch.device | str = "cpu", layers: int = 0, layer: int = 0) -> PagedCache:
     """A cache of `layout` whose every element is a canary: NaN (0x7F bytes for fp8, 127 for int8).
 
     Key and value of different widths or dtypes cannot share one stacked tensor: they get two.
+    layers >= 1 allocates every layer in one tensor (memory in vLLM's stride order) and hands out `layer`.
     """
     value_dtype = value_dtype or key_dtype
     nb, bs, h, d, dv = num_blocks, block_size, num_kv_heads, head_size, head_size_v
+    if layers:
+        logical = (layers, 2, nb, bs, h, d) if layout == KVLayout.FLASH_NHD else (layers, 2, nb, h, bs, d)
+        order = _LAYERED_ORDER[layout]
+        physical = canaries(tuple(logical[i] for i in order), key_dtype, device)
+        storage = physical.permute(*_inverse(order))
+        return PagedCache(layout, (storage[layer],), d, dv, storage, layer)
+    if layout == KVLayout.MLA_LATENT:
+        return PagedCache(layout, (canaries((nb, bs, d), key_dtype, device),), d, dv)
     if layout == KVLayout.PAGED_V0:
         x = v0_split(d, key_dtype.itemsize)
         key = canaries((nb, h, d // x, bs, x), key_dtype, device)
@@ -96,6 +134,9 @@ def canaries(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | 
 
 def _views(cache: PagedCache) -> tuple[Tensor, Tensor]:
     layout, t = cache.layout, cache.tensors
+    if layout == KVLayout.MLA_LATENT:
+        latent = t[0][:, :, None, :]  # [nb, bs, 1, kv_lora_rank + rope_dim]
+        return latent, latent[..., : cache.head_size_v]
     if layout == KVLayout.PAGED_V0:
         key, value = t
         return key.permute(0, 3, 1, 2, 4), value.permute(0, 3, 1, 2)  # [nb, bs, h, D/x, x], [nb, bs, h, D]

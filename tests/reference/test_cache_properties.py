@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 import torch
 from hypothesis import assume, given, strategies as st
 
@@ -46,10 +47,48 @@ def test_every_layout_gives_the_same_attention(case, data):
     choices = [l for l in r.KVLayout if not kvd.is_int8 or l == r.KVLayout.FLASH_HND]
     x = 16 // (1 if (kvd.is_fp8 or kvd.is_int8) else case.dtype.torch.itemsize)
     choices = [l for l in choices if l != r.KVLayout.PAGED_V0 or (case.head_size % x == 0 and case.value_size == case.head_size)]
-    other = data.draw(st.sampled_from(choices))
+    # mla_latent draws its values as the latent's prefix (other data): it is checked on its own below
+    assume(spec.layout != r.KVLayout.MLA_LATENT)
+    other = data.draw(st.sampled_from([l for l in choices if l != r.KVLayout.MLA_LATENT]))
+    layers = layer = 0
+    if other in (r.KVLayout.FLASH_NHD, r.KVLayout.FLASH_HND) and case.value_size == case.head_size \
+            and kvd != r.KVCacheDType.INT8_K_FP16_V:
+        layers = data.draw(st.sampled_from([0, 1, 3]))
+        layer = data.draw(st.integers(0, max(0, layers - 1)))
     a = r.attention(r.materialize(case))
-    b = r.attention(r.materialize(case.replace(cache=dataclasses.replace(spec, layout=other))))
+    b = r.attention(r.materialize(case.replace(cache=dataclasses.replace(spec, layout=other, layers=layers, layer=layer))))
     assert torch.equal(a.output, b.output) and torch.equal(a.lse, b.lse)
+
+
+@given(cases(UNQUANTIZED, SMALL))
+def test_mla_latent_value_is_the_latent_prefix_in_memory(case):
+    assume(case.num_kv_heads == 1 and case.value_size <= case.head_size)
+    case = case.replace(cache=dataclasses.replace(case.cache, layout=r.KVLayout.MLA_LATENT, layers=0, layer=0))
+    inputs = r.materialize(case)
+    paged = inputs.cache.paged
+    (latent,) = paged.tensors
+    assert latent.shape == (paged.num_blocks, case.cache.block_size, case.head_size)
+    assert paged.value_view().data_ptr() == paged.key_view().data_ptr()  # one tensor, no copy
+    for i in range(len(case.sequences)):
+        assert torch.equal(inputs.values[i], inputs.keys[i][..., : case.value_size])
+
+
+@pytest.mark.parametrize("layout,memory", [(r.KVLayout.FLASH_NHD, (5, 3, 2, 4, 2, 8)),
+                                           (r.KVLayout.FLASH_HND, (5, 2, 3, 2, 4, 8))])
+def test_layered_cache_is_one_tensor_in_vllm_stride_order(layout, memory):
+    cache = layouts.allocate(layout, num_blocks=5, block_size=4, num_kv_heads=2, head_size=8, head_size_v=8,
+                             key_dtype=torch.float16, layers=3, layer=1)
+    unlayered = layouts.allocate(layout, 5, 4, 2, 8, 8, torch.float16)
+    (t,) = cache.tensors
+    assert t.shape == unlayered.tensors[0].shape and not t.is_contiguous()
+    order = {r.KVLayout.FLASH_NHD: (2, 0, 1, 3, 4, 5), r.KVLayout.FLASH_HND: (2, 3, 0, 1, 4, 5)}[layout]
+    physical = cache.storage.permute(*order)
+    assert physical.shape == memory and physical.is_contiguous()
+    layouts.write(cache, torch.ones(1, 2, 8), torch.ones(1, 2, 8), torch.tensor([6]))
+    assert cache.storage[1].eq(1).sum() == 32 and cache.storage[[0, 2]].isnan().all()
+    moved = cache.clone()
+    assert torch.equal(moved.storage.nan_to_num(), cache.storage.nan_to_num())
+    assert moved.tensors[0].data_ptr() != t.data_ptr() and moved.storage.permute(*order).is_contiguous()
 
 
 @given(cases(PAGED, SMALL), st.randoms(use_true_random=False))
