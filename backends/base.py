@@ -71,6 +71,7 @@ class Capabilities:
     writes_cache: bool = False  # the kernel itself stores new tokens through slot_mapping
     requires_cache: bool = False  # decoder/cross cases must come with a paged cache
     empty_row_lse: float = -math.inf  # LSE the kernel returns for a row with no visible key
+    finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
 
     def reasons(self, case: Case, device: str = "cpu") -> list[str]:
         """Why `case` lies outside this declaration; empty when it is inside."""
@@ -115,6 +116,9 @@ class Capabilities:
             out.append(f"cache.block_size={c.block_size} (declared: {list(self.block_sizes)})")
         if c.table not in self.block_tables:
             out.append(f"cache.table={c.table.value} not declared")
+        if self.finite_canaries_only and not c.finite_canaries:
+            out.append("cache.finite_canaries=False: this kernel loads whole pages and masks unused slots by a "
+                       "zero probability, so NaN canaries (0 * NaN) would poison rows; declared finite_canaries_only")
         q = c.quant
         if q.kv_cache_dtype not in self.kv_cache_dtypes:
             out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} (declared: "

@@ -11,14 +11,14 @@ import warnings
 
 import torch
 
-from reference.case import AlibiConvention, AttentionType, DType
+from reference.case import AlibiConvention, AttentionType, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
 from ._convert import key_offset
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
 FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.ALIBI, Feature.SOFT_CAP,
-                      Feature.CHUNKED_LOCAL, Feature.CONTEXT})
+                      Feature.CHUNKED_LOCAL, Feature.BLOCK_SPARSE, Feature.CONTEXT})
 _COMPILED = {}
 
 
@@ -77,31 +77,17 @@ class FlexBackend(Backend):
         causal = case.attn_type == AttentionType.DECODER
         window = case.sliding_window
         symmetric_window = case.attn_type == AttentionType.ENCODER_ONLY
-        chunk = case.attn_chunk_size
+        rule = _position_rule(case, dev)
 
         def mask_mod(b, h, qi, ki):
-            qp, kp = q_pos[qi], k_pos[ki]
-            ok = q_seq[qi] == k_seq[ki]
-            if causal:
-                ok = ok & (kp <= qp)
-            if window is not None:
-                ok = ok & (qp - kp < window)
-                ok = ok & ((kp - qp < window) if symmetric_window else (kp <= qp))
-            if chunk is not None:
-                ok = ok & (qp // chunk == kp // chunk)
-            return ok
+            return (q_seq[qi] == k_seq[ki]) & rule(h, q_pos[qi], k_pos[ki])
 
-        slopes = None if inputs.alibi_slopes is None else inputs.alibi_slopes.to(dev)
-        cap = case.soft_cap
-        symmetric_alibi = case.alibi is not None and case.alibi.convention == AlibiConvention.SYMMETRIC
+        score_fn = _score_fn(inputs, dev)
 
         def score_mod(score, b, h, qi, ki):
-            if cap is not None:
-                score = cap * torch.tanh(score / cap)
-            if slopes is not None:
-                d = (k_pos[ki] - q_pos[qi]).to(score.dtype)
-                score = score + slopes[h] * (-d.abs() if symmetric_alibi else d)
-            return score
+            return score_fn(score, h, q_pos[qi], k_pos[ki])
+
+        cap, slopes = case.soft_cap, inputs.alibi_slopes
 
         n_q, n_k = q_seq.numel(), k_seq.numel()
         q = inputs.query.transpose(0, 1)[None]
@@ -116,6 +102,129 @@ class FlexBackend(Backend):
         return Actual(output=out[0].transpose(0, 1), lse=lse[0].transpose(0, 1).float())
 
 
+def _position_rule(case, dev):
+    """rule(h, q_pos, k_pos) -> bool: the Case's causal / window / chunk / block-sparse rules, in
+    logical positions (the library's terms, written apart from reference/visibility.py)."""
+    causal = case.attn_type == AttentionType.DECODER
+    window = case.sliding_window
+    symmetric_window = case.attn_type == AttentionType.ENCODER_ONLY
+    chunk = case.attn_chunk_size
+    sparse = case.block_sparse
+    if sparse is not None:
+        from reference.block_sparse import head_offset  # vLLM's derived per-head offsets (data, not a mask)
+        offsets = torch.tensor([head_offset(sparse, h, case.num_heads, case.num_kv_heads)
+                                for h in range(case.num_heads)], device=dev)
+
+    def rule(h, qp, kp):
+        ok = torch.ones_like(qp, dtype=torch.bool) if not causal else kp <= qp
+        if window is not None:
+            ok = ok & (qp - kp < window)
+            ok = ok & ((kp - qp < window) if symmetric_window else (kp <= qp))
+        if chunk is not None:
+            ok = ok & (qp // chunk == kp // chunk)
+        if sparse is not None:
+            qb, kb = qp // sparse.block_size, kp // sparse.block_size
+            ok = ok & (((qb - kb) < sparse.local_blocks) | ((kb + offsets[h]) % sparse.vert_stride == 0))
+        return ok
+
+    return rule
+
+
+def _score_fn(inputs: Inputs, dev):
+    """score(score, h, q_pos, k_pos): soft-cap then ALiBi in the Case's convention."""
+    case = inputs.case
+    slopes = None if inputs.alibi_slopes is None else inputs.alibi_slopes.to(dev)
+    cap = case.soft_cap
+    symmetric_alibi = case.alibi is not None and case.alibi.convention == AlibiConvention.SYMMETRIC
+
+    def score_fn(score, h, qp, kp):
+        if cap is not None:
+            score = cap * torch.tanh(score / cap)
+        if slopes is not None:
+            d = (kp - qp).to(score.dtype)
+            score = score + slopes[h] * (-d.abs() if symmetric_alibi else d)
+        return score
+
+    return score_fn
+
+
+class FlexPagedBackend(FlexBackend):
+    """flex_attention reading the paged pool through torch's PagedAttention page table.
+
+    The pool is re-laid out once into flex's [1, H_kv, num_blocks * block_size, D] (block order
+    kept, canaries included); the page table and physical-to-logical map come from the Case's block
+    table, and the logical mask / score mods are converted to physical key indices by the helper.
+    """
+
+    def __init__(self, name: str, compiled: bool, device: str) -> None:
+        super().__init__(name, compiled, device)
+        self.description = ("flex_attention over the paged pool via torch's PagedAttention page table"
+                            + (" (torch.compile)" if compiled else " (eager)"))
+        self.caps = Capabilities(
+            devices=frozenset({device}), dtypes=frozenset(DType), head_sizes=(16, 32, 64, 128),
+            attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+            features=FEATURES | {Feature.BLOCK_SPARSE, Feature.LAYERED_CACHE}, lse_base=LseBase.E,
+            kv_layouts=frozenset(KVLayout) - {KVLayout.PAGED_V0}, block_sizes=(16, 32, 64, 128),
+            kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16}),
+            requires_cache=True, reads_paged_cache=True, finite_canaries_only=True)
+
+    def availability(self) -> str | None:
+        reason = super().availability()
+        if reason is None:
+            try:
+                from torch.nn.attention.experimental._paged_attention import PagedAttention  # noqa: F401
+            except ImportError as e:
+                return f"torch's PagedAttention helper missing: {e}"
+        return reason
+
+    def run(self, inputs: Inputs) -> Actual:
+        from torch.nn.attention.experimental._paged_attention import PagedAttention
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        case = inputs.case
+        dev = inputs.query.device
+        pool = inputs.cache.paged
+        nb, bs, batch = pool.num_blocks, pool.block_size, len(case.sequences)
+        k_pool = pool.key_view().permute(2, 0, 1, 3).reshape(1, case.num_kv_heads, nb * bs, case.head_size)
+        v_pool = pool.value_view().permute(2, 0, 1, 3).reshape(1, case.num_kv_heads, nb * bs, case.value_size)
+        paged = PagedAttention(nb, bs, batch, device=dev)
+        for b, n in enumerate(case.kv_lens):
+            pages = inputs.block_table[b, : -(-n // bs)].to(torch.int64)
+            paged.page_table[b, : pages.numel()] = pages
+            paged.physical_to_logical[b, pages] = torch.arange(pages.numel(), device=dev)
+        max_q = max(case.max_query_len, 1)
+        q = torch.zeros(batch, case.num_heads, max_q, case.head_size, dtype=inputs.query.dtype, device=dev)
+        for b in range(batch):
+            a, e = int(inputs.query_start_loc[b]), int(inputs.query_start_loc[b + 1])
+            q[b, :, : e - a] = inputs.query[a:e].transpose(0, 1)
+        q_len = torch.tensor(case.query_lens, device=dev)
+        kv_len = inputs.seq_lens.to(device=dev, dtype=torch.int64)
+        offset = torch.tensor([key_offset(case, b) for b in range(batch)], device=dev)
+        rule, score_fn = _position_rule(case, dev), _score_fn(inputs, dev)
+
+        def mask_mod(b, h, qi, ki):
+            return (qi < q_len[b]) & (ki < kv_len[b]) & rule(h, qi + offset[b], ki)
+
+        def score_mod(score, b, h, qi, ki):
+            return score_fn(score, h, qi + offset[b], ki)
+
+        logical_len = -(-max(case.max_kv_len, 1) // bs) * bs
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logical = create_block_mask(mask_mod, batch, None, max_q, logical_len, device=dev, BLOCK_SIZE=(128, bs))
+            physical = paged.convert_logical_block_mask(logical, kv_len=kv_len)
+            use_score = case.soft_cap is not None or inputs.alibi_slopes is not None
+            out, lse = self._function()(q, k_pool, v_pool,
+                                        score_mod=paged.get_score_mod(score_mod, kv_len) if use_score else None,
+                                        block_mask=physical, scale=case.softmax_scale,
+                                        enable_gqa=case.num_heads != case.num_kv_heads, return_lse=True)
+        rows = [out[b, :, :n].transpose(0, 1) for b, n in enumerate(case.query_lens)]
+        lses = [lse[b, :, :n].transpose(0, 1) for b, n in enumerate(case.query_lens)]
+        return Actual(output=torch.cat(rows), lse=torch.cat(lses).float())
+
+
 def flex_backends() -> list[Backend]:
     return [FlexBackend("flex", False, "cpu"), FlexBackend("flex-compiled", True, "cpu"),
-            FlexBackend("flex-cuda", False, "cuda"), FlexBackend("flex-compiled-cuda", True, "cuda")]
+            FlexBackend("flex-cuda", False, "cuda"), FlexBackend("flex-compiled-cuda", True, "cuda"),
+            FlexPagedBackend("flex-paged", False, "cpu"), FlexPagedBackend("flex-paged-cuda", False, "cuda"),
+            FlexPagedBackend("flex-paged-compiled-cuda", True, "cuda")]

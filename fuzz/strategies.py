@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from backends.base import ALL_FEATURES, Capabilities, Feature
-from reference.case import (Alibi, AlibiConvention, AttentionType, BlockTableKind, CacheSpec, Case,
+from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
                             ValueDistribution, Values, kv_len)
 
@@ -149,8 +149,20 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
         layer = draw(st.integers(0, max(layers - 1, 0)))
     return CacheSpec(layout=layout, block_size=block_size, table=table, spare_blocks=spare, padding_slots=padding,
                      layers=layers, layer=layer,
+                     finite_canaries=caps.finite_canaries_only or draw(st.integers(0, 7)) == 0,
                      quant=Quant(kv_cache_dtype=kvd, granularity=gran, k_scales=k_scales, v_scales=v_scales,
                                  dynamic_scales=dynamic, q_fp8_scale=q_fp8))
+
+
+@st.composite
+def block_sparse_params(draw) -> BlockSparse:
+    """vLLM's BlocksparseParams, tiny blocks so a short sequence spans several; TP ranks included."""
+    tp_size = draw(st.sampled_from([1, 1, 2, 4]))
+    homo = draw(st.sampled_from(["no", "no", "head", "group"]))
+    return BlockSparse(block_size=draw(st.sampled_from([1, 2, 3, 4, 8])), local_blocks=draw(st.integers(0, 3)),
+                       vert_stride=draw(st.integers(1, 8)), homo_head=homo == "head", homo_head_group=homo == "group",
+                       head_sliding_step=draw(st.none() | st.none() | st.integers(0, 3)),
+                       tp_size=tp_size, tp_rank=draw(st.integers(0, tp_size - 1)))
 
 
 def alibi_slopes(num_heads: int) -> tuple[float, ...]:
@@ -199,11 +211,15 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     chunk = None
     if attn_type == AttentionType.DECODER:
         chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, st.sampled_from([1, 2, 4, 8, 16]) | st.integers(1, 40))
+    sparse = None
+    if attn_type == AttentionType.DECODER:
+        sparse = _sometimes(draw, caps, Feature.BLOCK_SPARSE, block_sparse_params())
     values = Values(distribution=draw(st.sampled_from(list(ValueDistribution))),
                     logit_scale=draw(st.sampled_from([1.0, 0.5, 2.0, 4.0, 8.0])))
     scale = draw(st.none() | st.sampled_from([0.05, 0.3, 1.0])) if draw(st.integers(0, 4)) == 0 else None
     seed = draw(st.integers(0, 2**31 - 1))
     return Case(sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
                 head_size=head_size, head_size_v=head_size_v, dtype=dtype, scale=scale, sliding_window=window,
-                alibi=alibi, soft_cap=soft_cap, sinks=sinks, attn_chunk_size=chunk, cache=cache, values=values,
+                alibi=alibi, soft_cap=soft_cap, sinks=sinks, attn_chunk_size=chunk, block_sparse=sparse, cache=cache,
+                values=values,
                 seed=seed)

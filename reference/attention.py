@@ -80,13 +80,15 @@ def sequence_kv(inputs: Inputs, i: int, dtype: torch.dtype) -> tuple[Tensor, Ten
 
 
 def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float,
-                    q_pos: Tensor | None = None, alibi: tuple[Tensor, object] | None = None,
+                    q_pos: Tensor | None = None, k_pos: Tensor | None = None,
+                    alibi: tuple[Tensor, object] | None = None,
                     soft_cap: float | None = None, sink: Tensor | None = None,
                     dtype: torch.dtype = torch.float64, reorder: bool = False,
                     chunk_elements: int = CHUNK_ELEMENTS) -> tuple[Tensor, Tensor]:
     """Output [q, H, D_v] and LSE [q, H] of one sequence: q [q, H, D], k/v [kv, H_kv, D], visible [H|1, q, kv].
 
     Query head h reads kv head h // (H / H_kv). Chunks over keys (and queries) are merged by LSE.
+    `k_pos` are the keys' positions (for ALiBi) when k/v are a subset of the sequence's keys.
     """
     num_q, num_heads = q.shape[0], q.shape[1]
     num_k = k.shape[0]
@@ -95,6 +97,8 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
     q_chunk = max(1, min(num_q, chunk_elements // (num_heads * k_chunk)))
     if q_pos is None:
         q_pos = torch.arange(num_q, device=q.device) + (num_k - num_q)
+    if k_pos is None:
+        k_pos = torch.arange(num_k, device=q.device)
     out = torch.zeros(num_q, num_heads, v.shape[-1], dtype=dtype, device=q.device)
     lse = torch.full((num_q, num_heads), -math.inf, dtype=dtype, device=q.device)
     for qs in range(0, num_q, q_chunk):
@@ -104,7 +108,7 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
             part_out, part_lse = _attend_block(
                 q[qs:qe].to(dtype), k[ks:ke].to(dtype).repeat_interleave(group, dim=1),
                 v[ks:ke].to(dtype).repeat_interleave(group, dim=1), visible[:, qs:qe, ks:ke],
-                scale=scale, q_pos=q_pos[qs:qe], k_pos=torch.arange(ks, ke, device=q.device),
+                scale=scale, q_pos=q_pos[qs:qe], k_pos=k_pos[ks:ke],
                 alibi=alibi, soft_cap=soft_cap, reorder=reorder)
             out[qs:qe], lse[qs:qe] = merge_attn_states(out[qs:qe], lse[qs:qe], part_out, part_lse)
     if sink is not None:

@@ -123,13 +123,20 @@ class Alibi:
 
 @dataclass(frozen=True)
 class BlockSparse:
-    """vLLM's block-sparse pattern (BlocksparseParams); see reference/block_sparse.py."""
+    """vLLM's block-sparse pattern (BlocksparseParams); see reference/block_sparse.py.
+
+    The case's heads are tensor-parallel rank `tp_rank`'s share of `tp_size * num_heads` heads
+    (vLLM's active_head_range); the vertical-stride offset of a head depends on its global index.
+    """
 
     block_size: int = 16
     local_blocks: int = 2
     vert_stride: int = 4
-    homo_head: bool = False
-    head_sliding_step: int = 1
+    homo_head: bool = False  # every head the same vertical blocks
+    homo_head_group: bool = False  # the query heads of one kv head share vertical blocks
+    head_sliding_step: int | None = None  # None: derived as vLLM does (block_sparse.sliding_step)
+    tp_rank: int = 0
+    tp_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,9 @@ class CacheSpec:
     # holds L layers in vLLM's stride order and the case reads layer `layer` (the others are canaries).
     layers: int = 0
     layer: int = 0
+    # Unused slots hold NaN (a read past a sequence poisons its row) or, with finite_canaries, a loud
+    # finite value (for kernels that load whole pages and zero the unused slots' probabilities).
+    finite_canaries: bool = False
 
 
 @dataclass(frozen=True)
@@ -372,10 +382,13 @@ def validate(case: Case) -> None:
                  f"Case.attn_chunk_size: chunked local attention is a decoder feature, not {case.attn_type.value}")
     if case.block_sparse is not None:
         bs = case.block_sparse
-        for name in ("block_size", "local_blocks", "vert_stride", "head_sliding_step"):
+        for name, low in (("block_size", 1), ("local_blocks", 0), ("vert_stride", 1), ("tp_size", 1), ("tp_rank", 0)):
             value = getattr(bs, name)
-            _require(isinstance(value, int) and value >= 1,
-                     f"Case.block_sparse.{name}={value!r}: must be an integer >= 1")
+            _require(isinstance(value, int) and value >= low,
+                     f"Case.block_sparse.{name}={value!r}: must be an integer >= {low}")
+        _require(bs.tp_rank < bs.tp_size, f"Case.block_sparse.tp_rank={bs.tp_rank}: must be < tp_size={bs.tp_size}")
+        _require(bs.head_sliding_step is None or isinstance(bs.head_sliding_step, int),
+                 f"Case.block_sparse.head_sliding_step={bs.head_sliding_step!r}: None (derived) or an integer")
         _require(case.attn_type == AttentionType.DECODER,
                  f"Case.block_sparse: defined for attn_type=decoder only, not {case.attn_type.value}")
     _validate_cache(case)

@@ -223,10 +223,12 @@ def empty_cache(case: Case, num_blocks: int, v_channel_scale: Tensor | None, k_s
                  KVCacheDType.INT8_KV: torch.int8, KVCacheDType.INT8_K_FP16_V: torch.int8}.get(kvd, model)
     value_dtype = model if kvd == KVCacheDType.INT8_K_FP16_V else key_dtype
     paged = layouts.allocate(spec.layout, num_blocks, spec.block_size, case.num_kv_heads, case.head_size,
-                             case.value_size, key_dtype, value_dtype, layers=spec.layers, layer=spec.layer)
+                             case.value_size, key_dtype, value_dtype, layers=spec.layers, layer=spec.layer,
+                             finite=spec.finite_canaries)
     k_scale_cache = None
     if kvd.is_int8:
-        k_scale_cache = torch.full((num_blocks, case.num_kv_heads, spec.block_size), float("nan"))
+        poison = layouts.FINITE_CANARY if spec.finite_canaries else float("nan")
+        k_scale_cache = torch.full((num_blocks, case.num_kv_heads, spec.block_size), poison)
     return KVCache(paged, kvd, k_scale, v_scale, k_scale_cache, v_channel_scale)
 
 

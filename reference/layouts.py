@@ -87,7 +87,8 @@ def v0_split(head_size: int, element_bytes: int) -> int:
 
 def allocate(layout: KVLayout, num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
              head_size_v: int, key_dtype: torch.dtype, value_dtype: torch.dtype | None = None,
-             device: torch.device | str = "cpu", layers: int = 0, layer: int = 0) -> PagedCache:
+             device: torch.device | str = "cpu", layers: int = 0, layer: int = 0,
+             finite: bool = False) -> PagedCache:
     """A cache of `layout` whose every element is a canary: NaN (0x7F bytes for fp8, 127 for int8).
 
     Key and value of different widths or dtypes cannot share one stacked tensor: they get two.
@@ -98,33 +99,45 @@ def allocate(layout: KVLayout, num_blocks: int, block_size: int, num_kv_heads: i
     if layers:
         logical = (layers, 2, nb, bs, h, d) if layout == KVLayout.FLASH_NHD else (layers, 2, nb, h, bs, d)
         order = _LAYERED_ORDER[layout]
-        physical = canaries(tuple(logical[i] for i in order), key_dtype, device)
+        physical = canaries(tuple(logical[i] for i in order), key_dtype, device, finite)
         storage = physical.permute(*_inverse(order))
         return PagedCache(layout, (storage[layer],), d, dv, storage, layer)
     if layout == KVLayout.MLA_LATENT:
-        return PagedCache(layout, (canaries((nb, bs, d), key_dtype, device),), d, dv)
+        return PagedCache(layout, (canaries((nb, bs, d), key_dtype, device, finite),), d, dv)
     if layout == KVLayout.PAGED_V0:
         x = v0_split(d, key_dtype.itemsize)
-        key = canaries((nb, h, d // x, bs, x), key_dtype, device)
-        value = canaries((nb, h, dv, bs), value_dtype, device)
+        key = canaries((nb, h, d // x, bs, x), key_dtype, device, finite)
+        value = canaries((nb, h, dv, bs), value_dtype, device, finite)
         return PagedCache(layout, (key, value), d, dv)
     if d != dv or key_dtype != value_dtype:
         if layout in (KVLayout.FLASH_NHD, KVLayout.FLASHINFER_NHD):
             shapes = ((nb, bs, h, d), (nb, bs, h, dv))
         else:
             shapes = ((nb, h, bs, d), (nb, h, bs, dv))
-        return PagedCache(layout, (canaries(shapes[0], key_dtype, device), canaries(shapes[1], value_dtype, device)), d, dv)
+        return PagedCache(layout, (canaries(shapes[0], key_dtype, device, finite), canaries(shapes[1], value_dtype, device, finite)), d, dv)
     shape = {
         KVLayout.FLASH_NHD: (2, nb, bs, h, d),
         KVLayout.FLASH_HND: (2, nb, h, bs, d),
         KVLayout.FLASHINFER_NHD: (nb, 2, bs, h, d),
         KVLayout.FLASHINFER_HND: (nb, 2, h, bs, d),
     }[layout]
-    return PagedCache(layout, (canaries(shape, key_dtype, device),), d, dv)
+    return PagedCache(layout, (canaries(shape, key_dtype, device, finite),), d, dv)
 
 
-def canaries(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str = "cpu") -> Tensor:
-    """A tensor of poison: NaN for floats, the 0x7F byte (a NaN) for fp8, 127 for int8 (no NaN)."""
+FINITE_CANARY = 30.0  # large enough that one unmasked read moves the output far past any tolerance
+
+
+def canaries(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str = "cpu",
+             finite: bool = False) -> Tensor:
+    """A tensor of poison: NaN for floats, the 0x7F byte (a NaN) for fp8, 127 for int8 (no NaN).
+
+    finite=True fills FINITE_CANARY instead, for kernels that load whole pages and mask unused slots
+    by multiplying with a zero probability (0 * NaN = NaN, which real caches, zero-initialized, avoid).
+    """
+    if finite:
+        if dtype == torch.int8:
+            return torch.full(shape, 127, dtype=dtype, device=device)
+        return torch.full(shape, FINITE_CANARY, dtype=torch.float32, device=device).to(dtype)
     if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         return torch.full(shape, 0x7F, dtype=torch.uint8, device=device).view(dtype)
     if dtype == torch.int8:

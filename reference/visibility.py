@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .block_sparse import head_offset
 from .case import AttentionType, BlockSparse, Case, SequenceSpec, kv_len
 
 
@@ -59,15 +60,14 @@ def chunk_visible(q_pos: Tensor, k_pos: Tensor, chunk_size: int) -> Tensor:
     return torch.div(q_pos, chunk_size, rounding_mode="floor") == torch.div(k_pos, chunk_size, rounding_mode="floor")
 
 
-def block_sparse_visible(q_pos: Tensor, k_pos: Tensor, sparse: BlockSparse, head: int) -> Tensor:
+def block_sparse_visible(q_pos: Tensor, k_pos: Tensor, sparse: BlockSparse, offset: int) -> Tensor:
     """True where the key's block is one of the `local_blocks` latest, or a vertical-stride block.
 
-    Blocks are `sparse.block_size` positions wide. Head h's vertical blocks are those kb with
-    (kb + h * head_sliding_step + 1) % vert_stride == 0 (every head alike when homo_head).
+    Blocks are `sparse.block_size` positions wide; a head's vertical blocks are those kb with
+    (kb + offset) % vert_stride == 0, offset from `block_sparse.head_offset` (global head, TP rank).
     """
     qb = torch.div(q_pos, sparse.block_size, rounding_mode="floor")
     kb = torch.div(k_pos, sparse.block_size, rounding_mode="floor")
-    offset = 1 if sparse.homo_head else head * sparse.head_sliding_step + 1
     return ((qb - kb) < sparse.local_blocks) | ((kb + offset) % sparse.vert_stride == 0)
 
 
@@ -84,6 +84,7 @@ def visible(case: Case, seq: SequenceSpec) -> Tensor:
         mask &= chunk_visible(q_pos, k_pos, case.attn_chunk_size)
     mask = mask[None]
     if case.block_sparse is not None:
-        heads = [block_sparse_visible(q_pos, k_pos, case.block_sparse, h) for h in range(case.num_heads)]
+        offsets = [head_offset(case.block_sparse, h, case.num_heads, case.num_kv_heads) for h in range(case.num_heads)]
+        heads = [block_sparse_visible(q_pos, k_pos, case.block_sparse, o) for o in offsets]
         mask = mask & torch.stack(heads)
     return mask

@@ -51,6 +51,7 @@ def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray],
 
 
 def _sees(case: Case, p: int, t: int, h: int) -> bool:
+    h_per_kv = case.num_heads // case.num_kv_heads
     if case.attn_type == AttentionType.DECODER and t > p:
         return False
     if case.sliding_window is not None:
@@ -66,7 +67,20 @@ def _sees(case: Case, p: int, t: int, h: int) -> bool:
     if case.block_sparse is not None:
         bs = case.block_sparse
         qb, kb = p // bs.block_size, t // bs.block_size
-        offset = 1 if bs.homo_head else h * bs.head_sliding_step + 1
+        # vLLM's BlocksparseParams: the step is derived from the global head count unless given;
+        # negative steps slide over (global) kv heads instead of query heads.
+        if bs.head_sliding_step is not None:
+            step = bs.head_sliding_step
+        elif bs.homo_head:
+            step = 0
+        elif bs.homo_head_group:
+            step = -max(1, int(bs.vert_stride / (bs.tp_size * case.num_kv_heads)))
+        else:
+            step = max(1, int(bs.vert_stride / (bs.tp_size * case.num_heads)))
+        if step >= 0:
+            offset = (bs.tp_rank * case.num_heads + h) * step + 1
+        else:
+            offset = (bs.tp_rank * case.num_kv_heads + h // h_per_kv) * -step + 1
         if not (qb - kb < bs.local_blocks or (kb + offset) % bs.vert_stride == 0):
             return False
     return True
