@@ -64,6 +64,7 @@ class Capabilities:
     max_query_len: int | None = None  # 1 for decode-only kernels
     max_kv_len: int | None = None
     max_head_group: int | None = None  # largest num_heads // num_kv_heads
+    head_groups: frozenset[int] | None = None  # the num_heads // num_kv_heads a kernel dispatches (None: any)
     causal_alignment: CausalAlignment = CausalAlignment.BOTTOM_RIGHT
     lse_base: LseBase | None = LseBase.E  # None: the kernel returns no LSE
     writes_output_buffer: bool = False  # writes into a given (poisoned) output tensor
@@ -94,6 +95,8 @@ class Capabilities:
         group = case.num_heads // case.num_kv_heads
         if self.max_head_group is not None and group > self.max_head_group:
             out.append(f"num_heads/num_kv_heads={group} > {self.max_head_group}")
+        if self.head_groups is not None and group not in self.head_groups:
+            out.append(f"num_heads/num_kv_heads={group} (declared: {sorted(self.head_groups)})")
         if self.max_query_len is not None and case.max_query_len > self.max_query_len:
             out.append(f"max_query_len={case.max_query_len} > {self.max_query_len}")
         if self.max_kv_len is not None and case.max_kv_len > self.max_kv_len:

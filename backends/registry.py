@@ -25,12 +25,16 @@ class Listing:
 
 
 def builtin_backends() -> list[Backend]:
-    from .naive import NaivePaged
+    from .fa4 import fa4_backends
+    from .flashinfer import flashinfer_backends
     from .flex import flex_backends
-    from .torch_sdpa import sdpa_backends
+    from .naive import NaivePaged
     from .torch_aten import aten_backends
+    from .torch_sdpa import sdpa_backends
+    from .xformers_ops import xformers_backends
 
-    return [*sdpa_backends(), *aten_backends(), *flex_backends(), NaivePaged()]
+    return [*sdpa_backends(), *aten_backends(), *flex_backends(), NaivePaged(), *fa4_backends(),
+            *flashinfer_backends(), *xformers_backends()]
 
 
 def mutant_backends() -> list[Backend]:

@@ -69,10 +69,17 @@ class AtenVarlen(Backend):
         # custom_mask_type 2: causal aligned bottom-right; 0: none.
         out, lse = self._op()(q[None], k[None], v[None], None, cu_q, cu_k, case.max_query_len, case.max_kv_len,
                               0.0, 2 if causal else 0, True, scale=case.softmax_scale)[:2]
-        # Varlen efficient returns LSE [1, H, total_q] (packed) on recent torch.
-        lse = lse[0].float()
-        lse = lse.transpose(0, 1)[: case.num_tokens] if lse.shape[-1] >= case.num_tokens else lse
-        return Actual(output=out[0], lse=lse)
+        return Actual(output=out[0], lse=unpack_varlen_lse(lse, case.query_lens), notes={"lse_shape": list(lse.shape)})
+
+
+def unpack_varlen_lse(lse: torch.Tensor, query_lens: list[int]) -> torch.Tensor:
+    """[tokens, H] from a varlen LSE that is either per sequence [B, H, >= max_q] (rows padded) or
+    packed [1, H, >= total_q]; with one sequence the two coincide."""
+    lse = lse.float()
+    batch = len(query_lens)
+    if batch > 1 and lse.shape[0] == batch:
+        return torch.cat([lse[i, :, :n].transpose(0, 1) for i, n in enumerate(query_lens)])
+    return lse[0, :, : sum(query_lens)].transpose(0, 1)
 
 
 def aten_backends() -> list[Backend]:

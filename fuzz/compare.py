@@ -6,6 +6,7 @@ every error metric the design names, the worst element, the timings and the Case
 from __future__ import annotations
 
 import math
+import json
 import time
 import traceback
 from dataclasses import dataclass
@@ -95,6 +96,10 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         return Evaluation(row, inputs, expected)
     t3 = time.perf_counter()
     row["kernel_s"] = t3 - t2
+    if "first_call_s" in actual.notes:  # a JIT compile happened in this call: keep it apart
+        row["compile_s"] = actual.notes["first_call_s"]
+    if actual.notes:
+        row["notes"] = json.dumps(actual.notes, default=str)
     judge(row, backend, inputs, expected, baseline, actual)
     if check_blind and row["verdict"] == Verdict.PASS.value:
         shifted = attention(inputs, mask_transform=shift_by_one_key).output

@@ -99,7 +99,8 @@ def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
     """(num_heads, num_kv_heads) with odd GQA ratios and MQA where declared."""
     ratios = [1]
     if _has(caps, Feature.GQA):
-        ratios += [r for r in GQA_RATIOS[1:] if caps.max_head_group is None or r <= caps.max_head_group]
+        ratios += [r for r in GQA_RATIOS[1:] if (caps.max_head_group is None or r <= caps.max_head_group)
+                   and (caps.head_groups is None or r in caps.head_groups)]
     kv = draw(st.integers(1, limits.max_kv_heads))
     if kv == 1 and not _has(caps, Feature.MQA):
         ratios = [1]  # one kv head shared by several query heads is MQA

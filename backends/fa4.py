@@ -1,0 +1,108 @@
+"""FlashAttention-4 (`flash_attn.cute`, CuTe-DSL kernels) through its varlen entry point.
+
+Two backends, two code paths of one function:
+- `fa4-varlen`: packed queries and keys with cu_seqlens_q / cu_seqlens_k (contiguous K/V);
+- `fa4-paged`: the paged cache itself, `page_table` = the block table, `seqused_k` = seq_lens, K/V
+  the flash_nhd key/value views `(num_blocks, block_size, H_kv, D)` (no copy).
+Windows are flash-attn's (left, right) with None unbounded; sinks are `learnable_sink`; soft-cap is
+`softcap`. ALiBi needs a CuTe score_mod and chunked local a mask_mod: not declared. FA4 documents
+that a page loaded by TMA is read whole, so a partially used last page must hold finite values:
+`fa4-paged` declares finite canaries only.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import time
+
+import torch
+
+from reference.case import AttentionType, DType, KVLayout
+from reference.inputs import Inputs
+
+from ._convert import cu_seqlens
+from .base import Actual, Backend, Capabilities, Feature, LseBase
+
+HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 256)
+FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT,
+                      Feature.HEAD_SIZE_V, Feature.EMPTY_QUERY})
+_SEEN_VARIANTS: set = set()
+
+
+def _variant(case) -> tuple:
+    """What FA4 compiles a kernel for (first calls of a variant include the JIT compile)."""
+    return (case.dtype, case.head_size, case.value_size, case.attn_type, case.sliding_window is not None,
+            case.soft_cap is not None, case.sinks is not None, case.num_heads // case.num_kv_heads,
+            case.cache.block_size if case.cache is not None else None)
+
+
+class FA4(Backend):
+    library = "flash_attn.cute"
+
+    def __init__(self, name: str, paged: bool) -> None:
+        self.name, self.paged = name, paged
+        self.description = ("FlashAttention-4 flash_attn_varlen_func, " +
+                            ("paged: page_table + seqused_k over the flash_nhd cache" if paged
+                             else "packed cu_seqlens over contiguous K/V"))
+        common = dict(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
+                      head_sizes=HEAD_SIZES, features=FEATURES, lse_base=LseBase.E)
+        if paged:
+            # Found by fuzzing: the paged path asserts "Paged KV does not support irregular head dim" for
+            # head dims that are not multiples of 16 (40, 72) when pages are not loaded by TMA.
+            common["head_sizes"] = tuple(h for h in HEAD_SIZES if h % 16 == 0)
+            self.caps = Capabilities(**common, attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+                                     kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 32, 64, 128, 256),
+                                     requires_cache=True, reads_paged_cache=True, finite_canaries_only=True)
+        else:
+            self.caps = Capabilities(**common, attn_types=frozenset(AttentionType))
+
+    def device(self) -> str:
+        return "cuda"
+
+    def availability(self) -> str | None:
+        if importlib.util.find_spec("flash_attn") is None:
+            return "flash-attn-4 (flash_attn.cute) is not installed"
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        try:
+            import flash_attn.cute  # noqa: F401
+        except Exception as e:  # the CuTe DSL may fail for reasons other than ImportError
+            return f"flash_attn.cute not importable: {type(e).__name__}: {e}"
+        return None
+
+    def run(self, inputs: Inputs) -> Actual:
+        from flash_attn.cute import flash_attn_varlen_func
+
+        case = inputs.case
+        dev = inputs.query.device
+        left, right = case.window_bounds
+        kwargs = dict(cu_seqlens_q=cu_seqlens(case.query_lens, dev), max_seqlen_q=max(case.max_query_len, 1),
+                      softmax_scale=case.softmax_scale, causal=case.attn_type == AttentionType.DECODER,
+                      window_size=(left, right), softcap=case.soft_cap or 0.0, return_lse=True)
+        if inputs.sinks is not None:
+            kwargs["learnable_sink"] = inputs.sinks.to(dev)
+        if self.paged:
+            pool = inputs.cache.paged
+            k, v = pool.key_view(), pool.value_view()
+            kwargs.update(page_table=inputs.block_table, seqused_k=inputs.seq_lens.to(dev))
+        else:
+            k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
+            kwargs.update(cu_seqlens_k=cu_seqlens(case.kv_lens, dev), max_seqlen_k=max(case.max_kv_len, 1))
+        key = _variant(case)
+        t0 = time.perf_counter()
+        out, lse = flash_attn_varlen_func(inputs.query, k, v, **kwargs)
+        notes = {}
+        if key not in _SEEN_VARIANTS:
+            torch.cuda.synchronize()
+            notes["first_call_s"] = time.perf_counter() - t0  # includes the JIT compile
+            _SEEN_VARIANTS.add(key)
+        n, h = case.num_tokens, case.num_heads
+        lse = lse.float()
+        if lse.shape == (h, n):
+            lse = lse.transpose(0, 1)
+        notes["lse_shape"] = list(lse.shape)
+        return Actual(output=out, lse=lse, notes=notes)
+
+
+def fa4_backends() -> list[Backend]:
+    return [FA4("fa4-varlen", paged=False), FA4("fa4-paged", paged=True)]

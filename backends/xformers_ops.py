@@ -1,0 +1,144 @@
+"""xformers' fmha operators, one backend per operator, each through its own attention-bias objects.
+
+- `xformers-cutlass` (cutlassF-pt, torch's memory-efficient kernel) and `xformers-fa2` (fa2F-pt,
+  torch's flash kernel): packed sequences with BlockDiagonal(CausalFromBottomRight|...)Mask,
+  windows with the *LocalAttentionFromBottomRight* masks, contiguous K/V;
+- `xformers-triton-splitk` (triton_splitKF): the paged cache itself (flash_nhd key/value views as
+  [1, num_blocks * block_size, H_kv, D]) with PagedBlockDiagonal(CausalWithOffset)PaddedKeysMask.
+GQA uses xformers' 5-D BMGHK form. LSE comes from the partial / requires-grad entry points.
+
+xformers 0.0.35's C++ extension targets torch 2.10; where it does not load, every operator refuses
+with "xFormers wasn't build with CUDA support" although these three only call torch or Triton.
+`ATTNREF_XFORMERS_FORCE_CUDA_FLAG=1` forces that flag (a version-mismatch workaround, reported in
+the backend description); with a matching build it is never needed.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import os
+
+import torch
+
+from reference.case import AttentionType, DType, KVLayout
+from reference.inputs import Inputs
+
+from .base import Actual, Backend, Capabilities, Feature, LseBase
+
+FORCE_ENV = "ATTNREF_XFORMERS_FORCE_CUDA_FLAG"
+OPS = {"xformers-cutlass": ("cutlass", "FwOp"), "xformers-fa2": ("flash", "FwOp"),
+       "xformers-triton-splitk": ("triton_splitk", "FwOp")}
+
+
+def _fmha():
+    import xformers.ops.fmha as fmha
+    import xformers.ops.fmha.common as common
+
+    if not common._built_with_cuda and os.environ.get(FORCE_ENV) == "1":
+        common._built_with_cuda = True  # see the module docstring
+    return fmha
+
+
+class XformersOp(Backend):
+    library = "xformers"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.paged = name == "xformers-triton-splitk"
+        module, _ = OPS[name]
+        self.description = f"xformers.ops.fmha.{module}.FwOp" + (" over the paged cache" if self.paged else " packed")
+        features = {Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT}
+        if name == "xformers-cutlass":
+            features.add(Feature.HEAD_SIZE_V)
+        if self.paged:
+            self.caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
+                                     head_sizes=(64, 128, 256), features=frozenset(features - {Feature.WINDOW}),
+                                     attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+                                     kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(64, 128, 256),
+                                     max_query_len=16, requires_cache=True, reads_paged_cache=True,
+                                     finite_canaries_only=True, lse_base=LseBase.E)
+        else:
+            dtypes = {DType.FLOAT16, DType.BFLOAT16} | ({DType.FLOAT32} if name == "xformers-cutlass" else set())
+            self.caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset(dtypes),
+                                     head_sizes=(32, 64, 96, 128, 256), features=frozenset(features),
+                                     attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER}),
+                                     lse_base=LseBase.E)
+
+    def device(self) -> str:
+        return "cuda"
+
+    def _op(self):
+        module, attr = OPS[self.name]
+        fmha = _fmha()
+        return getattr(getattr(fmha, module), attr)
+
+    def availability(self) -> str | None:
+        if importlib.util.find_spec("xformers") is None:
+            return "xformers is not installed"
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        try:
+            import xformers.ops.fmha.common as common
+
+            op = self._op()
+        except Exception as e:
+            hint = ""
+            if "flash_attn_interface" in str(e) or "cannot import name 'ops'" in str(e):
+                hint = (" (a `flash_attn` without flash_attn_interface, e.g. flash-attn-4's, is on the path: "
+                        "xformers imports any flash_attn as FA2; run xformers without it)")
+            return f"xformers not importable: {type(e).__name__}: {e}{hint}"
+        if not common._built_with_cuda:
+            return (f"xformers' C++ extension did not load (built for another torch); set {FORCE_ENV}=1 to force "
+                    "its CUDA flag for operators that only call torch/Triton")
+        if not op.is_available():
+            return f"operator {op.NAME} is not available in this build"
+        return None
+
+    def _bias(self, inputs: Inputs):
+        from xformers.ops.fmha import attn_bias as ab
+
+        case = inputs.case
+        causal = case.attn_type == AttentionType.DECODER
+        if self.paged:
+            cls = ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if causal else ab.PagedBlockDiagonalPaddedKeysMask
+            return cls.from_seqlens(q_seqlen=case.query_lens, kv_seqlen=case.kv_lens, block_tables=inputs.block_table,
+                                    page_size=case.cache.block_size, device=inputs.query.device)
+        if causal:
+            bias = ab.BlockDiagonalCausalFromBottomRightMask.from_seqlens(case.query_lens, case.kv_lens,
+                                                                           device=inputs.query.device)
+            if case.sliding_window is not None:
+                bias = bias.make_local_attention_from_bottomright(case.sliding_window)
+            return bias
+        bias = ab.BlockDiagonalMask.from_seqlens(case.query_lens, case.kv_lens, device=inputs.query.device)
+        if case.sliding_window is not None:  # attn_type=encoder: vLLM's (W-1, 0) window
+            bias = bias.make_local_attention_from_bottomright(case.sliding_window)
+        return bias
+
+    def run(self, inputs: Inputs) -> Actual:
+        fmha = _fmha()
+        case = inputs.case
+        g, per = case.num_kv_heads, case.num_heads // case.num_kv_heads
+        q = inputs.query.reshape(1, case.num_tokens, g, per, case.head_size)
+        if self.paged:
+            pool = inputs.cache.paged
+            k = pool.key_view().reshape(1, -1, g, 1, case.head_size)
+            v = pool.value_view().reshape(1, -1, g, 1, case.value_size)
+        else:
+            k = torch.cat(inputs.keys)[None, :, :, None]
+            v = torch.cat(inputs.values)[None, :, :, None]
+        k, v = k.expand(-1, -1, -1, per, -1), v.expand(-1, -1, -1, per, -1)
+        op = self._op()
+        bias = self._bias(inputs)
+        if getattr(op, "SUPPORTS_PARTIAL", False):
+            out, lse = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=op)
+        else:
+            out, lse = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias,
+                                                                              scale=case.softmax_scale, op=op)
+        out = out.reshape(case.num_tokens, case.num_heads, case.value_size)
+        notes = {"lse_shape": list(lse.shape)}
+        lse = lse.float().reshape(case.num_heads, -1)[:, : case.num_tokens].transpose(0, 1)
+        return Actual(output=out.to(case.dtype.torch), lse=lse, notes=notes)
+
+
+def xformers_backends() -> list[Backend]:
+    return [XformersOp(name) for name in OPS]
