@@ -164,7 +164,9 @@ class FlexPagedBackend(FlexBackend):
             devices=frozenset({device}), dtypes=frozenset(DType), head_sizes=(16, 32, 64, 128),
             attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
             features=FEATURES | {Feature.BLOCK_SPARSE, Feature.LAYERED_CACHE}, lse_base=LseBase.E,
-            kv_layouts=frozenset(KVLayout) - {KVLayout.PAGED_V0}, block_sizes=(16, 32, 64, 128),
+            kv_layouts=frozenset(KVLayout) - {KVLayout.PAGED_V0},
+            # Found by fuzzing: inductor needs the page (KV block) size to be a multiple of its BLOCK_N.
+            block_sizes=(128,) if compiled else (16, 32, 64, 128),
             kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16}),
             requires_cache=True, reads_paged_cache=True, finite_canaries_only=True)
 

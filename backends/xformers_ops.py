@@ -24,6 +24,7 @@ from reference.case import AttentionType, DType, KVLayout
 from reference.inputs import Inputs
 
 from .base import Actual, Backend, Capabilities, Feature, LseBase
+from .torch_aten import unpack_varlen_lse
 
 FORCE_ENV = "ATTNREF_XFORMERS_FORCE_CUDA_FLAG"
 OPS = {"xformers-cutlass": ("cutlass", "FwOp"), "xformers-fa2": ("flash", "FwOp"),
@@ -136,7 +137,8 @@ class XformersOp(Backend):
                                                                               scale=case.softmax_scale, op=op)
         out = out.reshape(case.num_tokens, case.num_heads, case.value_size)
         notes = {"lse_shape": list(lse.shape)}
-        lse = lse.float().reshape(case.num_heads, -1)[:, : case.num_tokens].transpose(0, 1)
+        # [B, G, H/G, M] per sequence (rows padded) or [1, G, H/G, >= total] packed: found by fuzzing.
+        lse = unpack_varlen_lse(lse.reshape(lse.shape[0], case.num_heads, -1), case.query_lens)
         return Actual(output=out.to(case.dtype.torch), lse=lse, notes=notes)
 
 

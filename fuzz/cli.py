@@ -42,7 +42,8 @@ def _cmd_fuzz(a) -> int:
         return 2
     examples = None if a.time and a.examples is None else (a.examples or 200)
     cfg = CampaignConfig(out=Path(a.out), backends=names, examples=examples, seconds=a.time, seed=a.seed,
-                         example_timeout=a.example_timeout, specs=tuple(a.backend_spec), resume=a.resume)
+                         example_timeout=a.example_timeout, specs=tuple(a.backend_spec), resume=a.resume,
+                         limits=json.loads(a.limits))
     bar = _progress(cfg)
     rows = run_campaign(cfg, progress=bar)
     if hasattr(bar, "close"):
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--resume", action="store_true", help="keep rows.jsonl and continue")
     f.add_argument("--example-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
     f.add_argument("--mutants", action="store_true", help="allow mutant-* backends")
+    f.add_argument("--limits", default="{}", help="JSON of fuzz.strategies.Limits: sizes, and a focus "
+                   'for JIT-compiled kernels, e.g. \'{"dtypes": ["bfloat16"], "head_sizes": [128]}\'')
     f.set_defaults(func=_cmd_fuzz)
 
     r = sub.add_parser("replay", help="re-run a saved case (bit-identical inputs) and print its verdict")

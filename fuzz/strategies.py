@@ -26,6 +26,20 @@ class Limits:
     max_context: int = 80
     max_query: int = 24
     max_kv_heads: int = 4
+    # Focus (for JIT-compiled kernels, where every new dtype / head size / kv dtype is a compile):
+    # draw only these, intersected with the declaration (an empty intersection keeps the declaration).
+    dtypes: tuple[str, ...] | None = None
+    head_sizes: tuple[int, ...] | None = None
+    kv_cache_dtypes: tuple[str, ...] | None = None
+
+
+def _focus(declared, wanted, key=lambda x: x):
+    """Sorted declared values, narrowed to `wanted` when that leaves any."""
+    declared = sorted(declared, key=key)
+    if wanted is None:
+        return declared
+    narrowed = [x for x in declared if key(x) in set(wanted)]
+    return narrowed or declared
 
 
 ORACLE_CAPS = Capabilities(
@@ -110,9 +124,9 @@ def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
 
 @st.composite
 def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_size: int,
-                head_size_v: int, block_size: int) -> CacheSpec:
+                head_size_v: int, block_size: int, limits: Limits = Limits()) -> CacheSpec:
     layouts = sorted(caps.kv_layouts, key=lambda x: x.value)
-    kv_dtypes = sorted(caps.kv_cache_dtypes, key=lambda x: x.value)
+    kv_dtypes = _focus(caps.kv_cache_dtypes, limits.kv_cache_dtypes, key=lambda x: x.value)
     kv_dtypes = [d for d in kv_dtypes if d.value in ("auto", "fp8_e4m3", "fp8_e5m2", "int8_kv", "int8_k_fp16_v")
                  or d.value == dtype.value]
     kvd = draw(st.sampled_from(kv_dtypes))
@@ -175,9 +189,9 @@ def alibi_slopes(num_heads: int) -> tuple[float, ...]:
 def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> Case:
     """A Case inside `caps`, sized by `limits`."""
     attn_type = draw(st.sampled_from(sorted(caps.attn_types, key=lambda t: t.value)))
-    dtype = draw(st.sampled_from(sorted(caps.dtypes, key=lambda d: d.value)))
+    dtype = draw(st.sampled_from(_focus(caps.dtypes, limits.dtypes, key=lambda d: d.value)))
     num_heads, num_kv_heads = draw(heads(caps, limits))
-    head_size = draw(st.sampled_from(sorted(caps.head_sizes)))
+    head_size = draw(st.sampled_from(_focus(caps.head_sizes, limits.head_sizes)))
     head_size_v = None
     if _has(caps, Feature.HEAD_SIZE_V):
         head_size_v = draw(st.none() | st.sampled_from(sorted(caps.head_sizes)))
@@ -194,7 +208,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
                                   encoder_len=sequences[0].encoder_len),) + sequences[1:]
     cache = None
     if uses_cache and (caps.requires_cache or draw(st.booleans())):
-        cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size))
+        cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size, limits))
 
     max_kv = max([kv_len(attn_type, s) for s in sequences] + [1])
     window = None

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Run ON THE DEVICE (repo root), after tools/stage-wheels.sh calls and tools/gpu-setup.sh:
-#   PARTS="third torch" TIME_THIRD=420 TIME_TORCH=150 bash tools/gpu-campaign.sh
+#   PARTS="replay fa4 xformers flashinfer torch" TIME_FA4=100 ... bash tools/gpu-campaign.sh
 # Fuzzes every available CUDA backend, grouped (JIT-heavy third-party libraries get their own time),
 # xformers in its own PYTHONPATH (see gpu-setup.sh), then builds the report and the throughput
 # table. Everything lands in $OUT (results tarball, logs, summary).
 set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"
 RES=${RES:-/tmp/gpu-results}
-PARTS=${PARTS:-"third torch"}
+PARTS=${PARTS:-"replay fa4 xformers flashinfer torch"}
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
 export PYTHONUNBUFFERED=1 ATTNREF_XFORMERS_FORCE_CUDA_FLAG=1
 BASE=$PWD
@@ -16,7 +16,7 @@ run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
   [ $# -eq 0 ] && return
   local args=""; for b in "$@"; do args="$args --backend $b"; done
   PYTHONPATH=$BASE:$path timeout $((secs + 90)) python3 -m fuzz.cli fuzz $args --time "$secs" --examples 400 \
-    --example-timeout 240 --out "$RES" --resume >> "$OUT/campaign.log" 2>&1
+    --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" >> "$OUT/campaign.log" 2>&1
 }
 avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
   PYTHONPATH=$BASE:$1 python3 -m fuzz.cli backends | awk -v re="$2" '$2 == "available" && $1 ~ re {print $1}'
@@ -29,15 +29,23 @@ avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
   date -u; } > "$OUT/device.txt" 2>&1
 PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -m fuzz.cli backends -v > "$OUT/backends.txt" 2>&1
 PYTHONPATH=$BASE:/tmp/site-xf python3 -m fuzz.cli backends | grep xformers >> "$OUT/backends.txt" 2>&1
+FOCUS_JIT=${FOCUS_JIT:-'{"dtypes": ["bfloat16"], "head_sizes": [128], "kv_cache_dtypes": ["auto", "fp8_e4m3"]}'}
 for g in $PARTS; do
   case $g in
-    third)
-      T=${TIME_THIRD:-420}
-      run "${PYTHONPATH:-}" $((T * 2 / 10)) $(avail "${PYTHONPATH:-}" '^fa4-')
-      run "${PYTHONPATH:-}" $((T * 6 / 10)) $(avail "${PYTHONPATH:-}" '^flashinfer-')
-      run /tmp/site-xf $((T * 2 / 10)) $(avail /tmp/site-xf '^xformers-') ;;
+    fa4) run "${PYTHONPATH:-}" "${TIME_FA4:-100}" $(avail "${PYTHONPATH:-}" '^fa4-') ;;
+    flashinfer)  # every new dtype / head size / kv dtype is a JIT compile: fuzz a focused region
+      LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_FLASHINFER:-300}" $(avail "${PYTHONPATH:-}" '^flashinfer-(decode|decode-tc|prefill-fa2)$') ;;
+    xformers) run /tmp/site-xf "${TIME_XFORMERS:-150}" $(avail /tmp/site-xf '^xformers-') ;;
     torch)
       run "${PYTHONPATH:-}" "${TIME_TORCH:-150}" $(avail "${PYTHONPATH:-}" '(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-naive-paged$)') ;;
+    replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)
+      for f in benchmarks/results/cases/*.json; do
+        b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
+        path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; esac
+        echo "== $f ($b)" >> "$OUT/replays.txt"
+        PYTHONPATH=$BASE:$path timeout 240 python3 -m fuzz.cli replay "$f" >> "$OUT/replays.txt" 2>&1
+        echo "exit $?" >> "$OUT/replays.txt"
+      done ;;
   esac
 done
 PYTHONPATH=$BASE python3 -m fuzz.cli report "$RES" >> "$OUT/campaign.log" 2>&1
