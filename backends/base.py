@@ -72,6 +72,9 @@ class Capabilities:
     writes_cache: bool = False  # the kernel itself stores new tokens through slot_mapping
     requires_cache: bool = False  # decoder/cross cases must come with a paged cache
     empty_row_lse: float = -math.inf  # LSE the kernel returns for a row with no visible key
+    uniform_query_len: bool = False  # every sequence of a batch must have the same query_len
+    min_query_len: int = 0  # shortest non-empty query a sequence may have
+    min_kv_len: int = 0  # fewest keys a sequence may have
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
 
     def reasons(self, case: Case, device: str = "cpu") -> list[str]:
@@ -99,6 +102,13 @@ class Capabilities:
             out.append(f"num_heads/num_kv_heads={group} (declared: {sorted(self.head_groups)})")
         if self.max_query_len is not None and case.max_query_len > self.max_query_len:
             out.append(f"max_query_len={case.max_query_len} > {self.max_query_len}")
+        short_q = [n for n in case.query_lens if 0 < n < self.min_query_len]
+        if short_q:
+            out.append(f"query_len={short_q[0]} < {self.min_query_len} (declared minimum per sequence)")
+        if any(n < self.min_kv_len for n in case.kv_lens):
+            out.append(f"kv_len={min(case.kv_lens)} < {self.min_kv_len} (declared minimum per sequence)")
+        if self.uniform_query_len and len(set(case.query_lens)) > 1:
+            out.append(f"query_lens={case.query_lens}: this kernel needs one query_len for the whole batch")
         if self.max_kv_len is not None and case.max_kv_len > self.max_kv_len:
             out.append(f"max_kv_len={case.max_kv_len} > {self.max_kv_len}")
         out += self._cache_reasons(case)

@@ -112,18 +112,22 @@ def sdpa_backends() -> list[Backend]:
     """torch-sdpa-* for CPU (math) and CUDA (flash, efficient, cudnn, math)."""
     base = Capabilities(dtypes=frozenset(DType), attn_types=ALL_TYPES, features=MASK_FEATURES | {Feature.HEAD_SIZE_V},
                         lse_base=None)
+    # No attn_mask: a decoder with cached context would need bottom-right causality, which the
+    # is_causal flag (top-left) cannot express, so CONTEXT is not declared.
     no_mask = replace(base, dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
-                      features=frozenset({Feature.GQA, Feature.MQA, Feature.CONTEXT}),
-                      head_sizes=(32, 64, 96, 128, 256))
+                      features=frozenset({Feature.GQA, Feature.MQA}), head_sizes=(32, 64, 96, 128, 256))
     cuda = frozenset({"cuda"})
+    # Found by fuzzing on the H200 (torch 2.11): the flash and efficient kernels refuse a sequence with
+    # no keys, cuDNN one with a single query ("No available kernel").
+    no_mask, masked = replace(no_mask, min_kv_len=1), replace(base, devices=cuda, features=MASK_FEATURES, min_kv_len=1)
     return [
         SdpaBackend("torch-sdpa-math", "MATH", "cpu", base, "SDPA math kernel on CPU, dense attn_mask per sequence"),
         SdpaBackend("torch-sdpa-math-cuda", "MATH", "cuda", replace(base, devices=cuda), "SDPA math kernel on CUDA"),
         SdpaBackend("torch-sdpa-efficient", "EFFICIENT_ATTENTION", "cuda",
-                    replace(base, devices=cuda, features=MASK_FEATURES), "SDPA memory-efficient kernel, attn_mask"),
+                    masked, "SDPA memory-efficient kernel, attn_mask"),
         SdpaBackend("torch-sdpa-flash", "FLASH_ATTENTION", "cuda", replace(no_mask, devices=cuda),
                     "SDPA flash kernel: no attn_mask, so causal only where top-left == bottom-right"),
-        SdpaBackend("torch-sdpa-cudnn", "CUDNN_ATTENTION", "cuda", replace(no_mask, devices=cuda),
+        SdpaBackend("torch-sdpa-cudnn", "CUDNN_ATTENTION", "cuda", replace(no_mask, devices=cuda, min_query_len=2),
                     "SDPA cuDNN kernel: no attn_mask, so causal only where top-left == bottom-right"),
         CpuFlashBackend(),
     ]

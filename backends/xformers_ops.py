@@ -56,7 +56,8 @@ class XformersOp(Backend):
                                      head_sizes=(64, 128, 256), features=frozenset(features - {Feature.WINDOW}),
                                      attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
                                      kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(64, 128, 256),
-                                     max_query_len=16, requires_cache=True, reads_paged_cache=True,
+                                     # Found by fuzzing: "Variable query len is not supported for causal masks".
+                                     max_query_len=16, uniform_query_len=True, requires_cache=True, reads_paged_cache=True,
                                      finite_canaries_only=True, lse_base=LseBase.E)
         else:
             dtypes = {DType.FLOAT16, DType.BFLOAT16} | ({DType.FLOAT32} if name == "xformers-cutlass" else set())

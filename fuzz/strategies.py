@@ -203,6 +203,17 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     decode_only = attn_type == AttentionType.DECODER and draw(st.integers(0, 3)) == 0
     sequences = tuple(draw(st.lists(sequence_specs(attn_type, caps, limits, block_size, decode_only),
                                     min_size=1, max_size=limits.max_sequences)))
+    if caps.min_query_len > 1 or caps.min_kv_len > 0:  # lift lengths to the declared minimums
+        def lifted(s: SequenceSpec) -> SequenceSpec:
+            q = max(s.query_len, caps.min_query_len) if s.query_len else 0
+            enc = max(s.encoder_len, caps.min_kv_len) if attn_type == AttentionType.ENCODER_DECODER else 0
+            if attn_type != AttentionType.ENCODER_DECODER and q == 0:
+                q = max(1, caps.min_query_len)  # keys are the queries themselves (or include them)
+            return SequenceSpec(query_len=q, context_len=s.context_len, encoder_len=enc)
+        sequences = tuple(lifted(s) for s in sequences)
+    if caps.uniform_query_len:
+        sequences = tuple(SequenceSpec(query_len=sequences[0].query_len, context_len=s.context_len,
+                                       encoder_len=s.encoder_len) for s in sequences)
     if sum(s.query_len for s in sequences) == 0:
         sequences = (SequenceSpec(query_len=1, context_len=sequences[0].context_len,
                                   encoder_len=sequences[0].encoder_len),) + sequences[1:]

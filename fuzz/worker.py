@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 import warnings
@@ -50,6 +51,16 @@ def save_case(out: Path, backend: str, case_json: str, verdict: str, evaluation:
     return str(path)
 
 
+STICKY_EXIT = 3
+_STICKY = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
+           "an illegal instruction")
+
+
+def sticky_device_error(message: str) -> bool:
+    """CUDA errors after which the process's CUDA context cannot be used again."""
+    return any(s in message for s in _STICKY)
+
+
 def fuzz_backend(backend_name: str, out: Path, *, examples: int | None, seconds: float | None, seed_value: int,
                  specs: tuple[str, ...] = (), limits: Limits = Limits()) -> None:
     backend = get(backend_name, include_mutants=True, specs=specs)
@@ -71,6 +82,7 @@ def fuzz_backend(backend_name: str, out: Path, *, examples: int | None, seconds:
         state["index"] += 1
         known = known_for(backend_name, case)
         if known is not None and known.crashes:
+            evaluation = None
             row = base_row(backend, case)
             row.update(verdict=Verdict.CRASH.value, message=f"known crash, not launched: {known.summary}",
                        known_issue=known.link)
@@ -85,6 +97,13 @@ def fuzz_backend(backend_name: str, out: Path, *, examples: int | None, seconds:
                     row["known_fixed"] = True
         row.update(phase=state["phase"], example=state["index"], t=time.time())
         append_row(out, row)
+        if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+            # The CUDA context is now unusable: every later case in this process would crash and be
+            # blamed. Save this case unshrunk and let the campaign start a fresh worker.
+            path = save_case(out, backend_name, row["case"], row["verdict"], evaluation)
+            append_row(out, dict(row, phase="minimal", case_file=path, t=time.time(),
+                                 note="not shrunk: sticky CUDA error (the context is unusable afterwards)"))
+            os._exit(STICKY_EXIT)
         if Verdict(row["verdict"]).is_failure and "known_issue" not in row:
             state["phase"] = "shrink"
             state["failure"] = (row, evaluation)
