@@ -27,3 +27,7 @@ backends: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(OUT) .attnref .hypothesis
+
+# On a CUDA machine after the wheel staging calls (README "GPU runs").
+fuzz-gpu:
+	bash tools/gpu-setup.sh && bash tools/gpu-campaign.sh
