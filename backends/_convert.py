@@ -18,8 +18,11 @@ LOG2_E = 1.0 / math.log(2.0)
 
 
 def key_offset(case: Case, i: int) -> int:
-    """Position of sequence i's first query among its keys (bottom-right alignment for decoders)."""
+    """Position of sequence i's first query among its keys: a decoder's context_len (bottom-right),
+    0 for encoders, and for kernel cases key_len - query_len (bottom-right) or 0 (top-left)."""
     s = case.sequences[i]
+    if case.attn_type == AttentionType.KERNEL:
+        return (s.key_len or 0) - s.query_len if case.causal_alignment.value == "bottom_right" else 0
     return s.context_len if case.attn_type == AttentionType.DECODER else 0
 
 
@@ -30,8 +33,14 @@ def allowed(case: Case, i: int, device) -> Tensor:
     qp = torch.arange(s.query_len, device=device)[:, None] + key_offset(case, i)
     kp = torch.arange(n_k, device=device)[None, :]
     ok = torch.ones(s.query_len, n_k, dtype=torch.bool, device=device)
-    if case.attn_type == AttentionType.DECODER:
+    if case.attn_type == AttentionType.DECODER or (case.attn_type == AttentionType.KERNEL and case.causal):
         ok &= kp <= qp
+    if case.attn_type == AttentionType.KERNEL and case.window is not None:
+        left, right = case.window
+        if left is not None:
+            ok &= qp - kp <= left
+        if right is not None:
+            ok &= kp - qp <= right
     if case.sliding_window is not None:
         ok &= qp - kp < case.sliding_window
         if case.attn_type == AttentionType.ENCODER_ONLY:

@@ -39,6 +39,7 @@ class Feature(Enum):
     EMPTY_QUERY = "empty_query"  # sequences with query_len 0
     Q_FP8 = "q_fp8"
     DYNAMIC_SCALES = "dynamic_scales"
+    MORE_QUERIES_THAN_KEYS = "more_queries_than_keys"  # kernel cases: rows before the first key see nothing
     LAYERED_CACHE = "layered_cache"  # the cache tensor is one layer of a [L, ...] tensor (strided memory)
 
 
@@ -65,7 +66,8 @@ class Capabilities:
     max_kv_len: int | None = None
     max_head_group: int | None = None  # largest num_heads // num_kv_heads
     head_groups: frozenset[int] | None = None  # the num_heads // num_kv_heads a kernel dispatches (None: any)
-    causal_alignment: CausalAlignment = CausalAlignment.BOTTOM_RIGHT
+    causal_alignments: frozenset[CausalAlignment] = frozenset({CausalAlignment.BOTTOM_RIGHT})  # kernel cases
+    causal_modes: frozenset[bool] = frozenset({False, True})  # kernel cases: causal flags the API takes
     lse_base: LseBase | None = LseBase.E  # None: the kernel returns no LSE
     writes_output_buffer: bool = False  # writes into a given (poisoned) output tensor
     reads_paged_cache: bool = False  # False: the adapter gathers the cache into contiguous K/V
@@ -92,6 +94,12 @@ class Capabilities:
             feature = _feature_of(name)
             if feature is not None and feature not in self.features:
                 out.append(f"feature {name} not declared")
+        if case.attn_type == AttentionType.KERNEL:
+            if case.causal not in self.causal_modes:
+                out.append(f"causal={case.causal} (declared: {sorted(self.causal_modes)})")
+            if case.causal and case.causal_alignment not in self.causal_alignments:
+                out.append(f"causal_alignment={case.causal_alignment.value} (declared: "
+                           f"{sorted(a.value for a in self.causal_alignments)})")
         if case.alibi is not None and case.alibi.convention not in self.alibi_conventions:
             out.append(f"alibi.convention={case.alibi.convention.value} (declared: "
                        f"{sorted(c.value for c in self.alibi_conventions)})")

@@ -25,7 +25,7 @@ from .base import Actual, Backend, Capabilities, Feature, LseBase
 
 HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 256)
 FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT,
-                      Feature.HEAD_SIZE_V, Feature.EMPTY_QUERY})
+                      Feature.HEAD_SIZE_V, Feature.EMPTY_QUERY, Feature.MORE_QUERIES_THAN_KEYS})
 _SEEN_VARIANTS: set = set()
 
 
@@ -77,7 +77,7 @@ class FA4(Backend):
         dev = inputs.query.device
         left, right = case.window_bounds
         kwargs = dict(cu_seqlens_q=cu_seqlens(case.query_lens, dev), max_seqlen_q=max(case.max_query_len, 1),
-                      softmax_scale=case.softmax_scale, causal=case.attn_type == AttentionType.DECODER,
+                      softmax_scale=case.softmax_scale, causal=case.is_causal,
                       window_size=(left, right), softcap=case.soft_cap or 0.0, return_lse=True)
         if inputs.sinks is not None:
             kwargs["learnable_sink"] = inputs.sinks.to(dev)

@@ -11,14 +11,14 @@ import warnings
 
 import torch
 
-from reference.case import AlibiConvention, AttentionType, DType, KVCacheDType, KVLayout
+from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
 from ._convert import key_offset
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
 FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.ALIBI, Feature.SOFT_CAP,
-                      Feature.CHUNKED_LOCAL, Feature.BLOCK_SPARSE, Feature.CONTEXT})
+                      Feature.CHUNKED_LOCAL, Feature.BLOCK_SPARSE, Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS})
 _COMPILED = {}
 
 
@@ -42,9 +42,14 @@ class FlexBackend(Backend):
         self.name, self.compiled, self._device = name, compiled, device
         self.description = ("flex_attention " + ("through torch.compile" if compiled else "eager") +
                             ", one packed call, document mask_mod, ALiBi/soft-cap score_mod")
+        # Found by the convention probes: inductor's CPU flex_attention lowering refuses return_lse
+        # ("torch.compile on CPU only supports inference and `return_lse` is not supported yet").
+        self.returns_lse = not (compiled and device == "cpu")
         self.caps = Capabilities(devices=frozenset({device}), dtypes=frozenset(DType),
                                  head_sizes=(16, 32, 64, 128) if compiled else (16, 24, 32, 40, 64, 72, 80, 96, 128),
-                                 attn_types=frozenset(AttentionType), features=FEATURES, lse_base=LseBase.E)
+                                 attn_types=frozenset(AttentionType), features=FEATURES,
+                                 lse_base=LseBase.E if self.returns_lse else None,
+                                 causal_alignments=frozenset(CausalAlignment))
 
     def device(self) -> str:
         return self._device
@@ -74,9 +79,6 @@ class FlexBackend(Backend):
         dev = inputs.query.device
         meta = _packed_metadata(inputs, dev)
         q_seq, q_pos, k_seq, k_pos = meta["q_seq"], meta["q_pos"], meta["k_seq"], meta["k_pos"]
-        causal = case.attn_type == AttentionType.DECODER
-        window = case.sliding_window
-        symmetric_window = case.attn_type == AttentionType.ENCODER_ONLY
         rule = _position_rule(case, dev)
 
         def mask_mod(b, h, qi, ki):
@@ -96,18 +98,22 @@ class FlexBackend(Backend):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             block_mask = create_block_mask(mask_mod, None, None, n_q, n_k, device=dev)
-            out, lse = self._function()(q, k, v, score_mod=score_mod if (cap or slopes is not None) else None,
-                                        block_mask=block_mask, scale=case.softmax_scale,
-                                        enable_gqa=case.num_heads != case.num_kv_heads, return_lse=True)
+            result = self._function()(q, k, v, score_mod=score_mod if (cap or slopes is not None) else None,
+                                      block_mask=block_mask, scale=case.softmax_scale,
+                                      enable_gqa=case.num_heads != case.num_kv_heads, return_lse=self.returns_lse)
+        if not self.returns_lse:
+            return Actual(output=result[0].transpose(0, 1))
+        out, lse = result
         return Actual(output=out[0].transpose(0, 1), lse=lse[0].transpose(0, 1).float())
 
 
 def _position_rule(case, dev):
     """rule(h, q_pos, k_pos) -> bool: the Case's causal / window / chunk / block-sparse rules, in
     logical positions (the library's terms, written apart from reference/visibility.py)."""
-    causal = case.attn_type == AttentionType.DECODER
+    causal = case.is_causal
     window = case.sliding_window
     symmetric_window = case.attn_type == AttentionType.ENCODER_ONLY
+    pair = case.window if case.attn_type == AttentionType.KERNEL else None
     chunk = case.attn_chunk_size
     sparse = case.block_sparse
     if sparse is not None:
@@ -120,6 +126,11 @@ def _position_rule(case, dev):
         if window is not None:
             ok = ok & (qp - kp < window)
             ok = ok & ((kp - qp < window) if symmetric_window else (kp <= qp))
+        if pair is not None:
+            if pair[0] is not None:
+                ok = ok & (qp - kp <= pair[0])
+            if pair[1] is not None:
+                ok = ok & (kp - qp <= pair[1])
         if chunk is not None:
             ok = ok & (qp // chunk == kp // chunk)
         if sparse is not None:

@@ -17,7 +17,7 @@ from .base import Actual, Backend, Capabilities, Feature, LseBase
 VARLEN_CAPS = Capabilities(
     devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
     head_sizes=(32, 64, 96, 128, 256), attn_types=frozenset(AttentionType),
-    features=frozenset({Feature.GQA, Feature.MQA, Feature.CONTEXT}), lse_base=LseBase.E)
+    features=frozenset({Feature.GQA, Feature.MQA, Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS}), lse_base=LseBase.E)
 
 
 def _schema_args(op) -> set[str]:
@@ -58,7 +58,7 @@ class AtenVarlen(Backend):
         q = inputs.query
         k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
         cu_q, cu_k = cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev)
-        causal = case.attn_type == AttentionType.DECODER
+        causal = case.is_causal  # both kernels align causal masks bottom-right
         if self.op_name == "_flash_attention_forward":
             out, lse = self._op()(q, k, v, cu_q, cu_k, case.max_query_len, case.max_kv_len, 0.0, causal, False,
                                   scale=case.softmax_scale)[:2]

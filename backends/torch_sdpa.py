@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from reference.case import AttentionType, DType
+from reference.case import AttentionType, CausalAlignment, DType
 from reference.inputs import Inputs
 
 from ._convert import alibi_additive, allowed, per_sequence
@@ -19,7 +19,8 @@ from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported
 
 ALL_TYPES = frozenset(AttentionType)
 MASK_FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.ALIBI, Feature.CHUNKED_LOCAL,
-                           Feature.CONTEXT})
+                           Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS})
+BOTH_ALIGNMENTS = frozenset(CausalAlignment)
 
 
 def _mask(inputs: Inputs, i: int, q: torch.Tensor, additive: bool = False) -> torch.Tensor:
@@ -39,8 +40,10 @@ class SdpaBackend(Backend):
 
     library = "torch"
 
-    def __init__(self, name: str, kernel: str, device: str, caps: Capabilities, description: str) -> None:
+    def __init__(self, name: str, kernel: str, device: str, caps: Capabilities, description: str,
+                 bias: str | None = None) -> None:
         self.name, self.kernel, self._device, self.caps, self.description = name, kernel, device, caps, description
+        self.bias = bias
 
     def device(self) -> str:
         return self._device
@@ -61,7 +64,7 @@ class SdpaBackend(Backend):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         case = inputs.case
-        takes_mask = self.kernel not in ("FLASH_ATTENTION", "CUDNN_ATTENTION")
+        takes_mask = self.kernel not in ("FLASH_ATTENTION", "CUDNN_ATTENTION") and self.bias is None
 
         def one(i, q, k, v):
             group = case.num_heads // case.num_kv_heads
@@ -69,8 +72,12 @@ class SdpaBackend(Backend):
             kw = dict(scale=case.softmax_scale)
             if takes_mask:
                 kw["attn_mask"] = _mask(inputs, i, q)
-            else:  # prefill without context: top-left and bottom-right causal coincide
-                kw["is_causal"] = case.attn_type == AttentionType.DECODER
+            elif self.bias is not None:  # torch.nn.attention.bias: causal_lower_right / causal_upper_left
+                from torch.nn.attention import bias as sdpa_bias
+
+                kw["attn_mask"] = getattr(sdpa_bias, self.bias)(q.shape[1], k.shape[1])
+            else:  # is_causal is top-left: declared only where it coincides with the case's alignment
+                kw["is_causal"] = case.is_causal
             try:
                 with sdpa_kernel(getattr(SDPBackend, self.kernel)):
                     out = F.scaled_dot_product_attention(q[None], k[None], v[None], **kw)[0]
@@ -91,7 +98,7 @@ class CpuFlashBackend(Backend):
     library = "torch"
     description = "aten._scaled_dot_product_flash_attention_for_cpu, per sequence, masks as attn_mask"
     caps = Capabilities(devices=frozenset({"cpu"}), dtypes=frozenset(DType), attn_types=ALL_TYPES,
-                        features=MASK_FEATURES, lse_base=LseBase.E)
+                        features=MASK_FEATURES, lse_base=LseBase.E, causal_alignments=BOTH_ALIGNMENTS)
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
@@ -111,11 +118,12 @@ class CpuFlashBackend(Backend):
 def sdpa_backends() -> list[Backend]:
     """torch-sdpa-* for CPU (math) and CUDA (flash, efficient, cudnn, math)."""
     base = Capabilities(dtypes=frozenset(DType), attn_types=ALL_TYPES, features=MASK_FEATURES | {Feature.HEAD_SIZE_V},
-                        lse_base=None)
+                        lse_base=None, causal_alignments=BOTH_ALIGNMENTS)
     # No attn_mask: a decoder with cached context would need bottom-right causality, which the
     # is_causal flag (top-left) cannot express, so CONTEXT is not declared.
     no_mask = replace(base, dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
-                      features=frozenset({Feature.GQA, Feature.MQA}), head_sizes=(32, 64, 96, 128, 256))
+                      features=frozenset({Feature.GQA, Feature.MQA}), head_sizes=(32, 64, 96, 128, 256),
+                      causal_alignments=frozenset({CausalAlignment.TOP_LEFT}))
     cuda = frozenset({"cuda"})
     # Found by fuzzing on the H200 (torch 2.11): the flash and efficient kernels refuse a sequence with
     # no keys, cuDNN one with a single query ("No available kernel").
@@ -130,4 +138,14 @@ def sdpa_backends() -> list[Backend]:
         SdpaBackend("torch-sdpa-cudnn", "CUDNN_ATTENTION", "cuda", replace(no_mask, devices=cuda, min_query_len=2),
                     "SDPA cuDNN kernel: no attn_mask, so causal only where top-left == bottom-right"),
         CpuFlashBackend(),
+        *(SdpaBackend(f"torch-sdpa-{tag}{suffix}", "MATH" if dev == "cpu" else "EFFICIENT_ATTENTION", dev,
+                      replace(base, devices=frozenset({dev}), attn_types=frozenset({AttentionType.KERNEL}),
+                              causal_modes=frozenset({True}), causal_alignments=frozenset({alignment}),
+                              features=frozenset({Feature.GQA, Feature.MQA, Feature.HEAD_SIZE_V,
+                                                  Feature.MORE_QUERIES_THAN_KEYS}),
+                              dtypes=frozenset(DType) if dev == "cpu" else frozenset({DType.FLOAT16, DType.BFLOAT16})),
+                      f"SDPA with the torch.nn.attention.bias.{fn} attn_mask object", bias=fn)
+          for tag, fn, alignment in (("causal-lower-right", "causal_lower_right", CausalAlignment.BOTTOM_RIGHT),
+                                     ("causal-upper-left", "causal_upper_left", CausalAlignment.TOP_LEFT))
+          for dev, suffix in (("cpu", ""), ("cuda", "-cuda"))),
     ]

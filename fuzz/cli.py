@@ -106,6 +106,22 @@ def _cmd_replay(a) -> int:
     return 0 if row["verdict"] in ("pass", "blind") else 1
 
 
+def _cmd_probe(a) -> int:
+    from backends.registry import get, listings
+
+    from .probes import run_probes
+
+    names = a.backend or [x.backend.name for x in listings(specs=tuple(a.backend_spec)) if x.available]
+    failed = 0
+    print(f"{'backend':34s} {'probe':22s} verdict")
+    for name in names:
+        for row in run_probes(get(name, include_mutants=True, specs=tuple(a.backend_spec))):
+            failed += row["verdict"] not in ("pass", "not_applicable")
+            detail = f"  ({row['detail'][:90]})" if row["verdict"] not in ("pass", "not_applicable") else ""
+            print(f"{name:34s} {row['probe']:22s} {row['verdict']}{detail}")
+    return 1 if failed else 0
+
+
 def _cmd_report(a) -> int:
     from reports.build import build_report
 
@@ -138,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--limits", default="{}", help="JSON of fuzz.strategies.Limits: sizes, and a focus "
                    'for JIT-compiled kernels, e.g. \'{"dtypes": ["bfloat16"], "head_sizes": [128]}\'')
     f.set_defaults(func=_cmd_fuzz)
+
+    pr = sub.add_parser("probe", help="convention probes (alignment, windows, empty rows, LSE base, ...)")
+    pr.add_argument("--backend", action="append", help="backend name (repeatable); default: every available one")
+    pr.set_defaults(func=_cmd_probe)
 
     r = sub.add_parser("replay", help="re-run a saved case (bit-identical inputs) and print its verdict")
     r.add_argument("case")

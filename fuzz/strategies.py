@@ -8,12 +8,13 @@ non-unit and per-head scales, shuffled block tables with a null block.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
 from backends.base import ALL_FEATURES, Capabilities, Feature
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
+                            CausalAlignment,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
                             ValueDistribution, Values, kv_len)
 
@@ -31,6 +32,7 @@ class Limits:
     dtypes: tuple[str, ...] | None = None
     head_sizes: tuple[int, ...] | None = None
     kv_cache_dtypes: tuple[str, ...] | None = None
+    attn_types: tuple[str, ...] | None = None  # e.g. ("kernel",): the raw-API region only
 
 
 def _focus(declared, wanted, key=lambda x: x):
@@ -47,6 +49,7 @@ ORACLE_CAPS = Capabilities(
     attn_types=frozenset(AttentionType), features=ALL_FEATURES, kv_layouts=frozenset(KVLayout),
     kv_cache_dtypes=frozenset(KVCacheDType), scale_granularities=frozenset(ScaleGranularity),
     block_sizes=(1, 2, 3, 4, 5, 8, 16, 32, 48, 256, 272), reads_paged_cache=True,
+    causal_alignments=frozenset(CausalAlignment),
 )
 """Everything the oracle can evaluate: used to test the oracle itself."""
 
@@ -90,6 +93,14 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits: L
         q = draw(st.integers(min_q, max_q))
         enc = draw(_edge_length(limits.max_context, block_size, 0) | st.integers(1, 8))
         return SequenceSpec(query_len=q, encoder_len=enc)
+    if attn_type == AttentionType.KERNEL:
+        # Key counts at, one below and one above the query count, and anywhere (more queries than keys
+        # leaves the first rows with no key under bottom-right causality).
+        q = draw(st.integers(max(1, min_q), max(1, max_q)))
+        k = draw(st.sampled_from([q, q + 1, max(q - 1, 0), 0]) | st.integers(0, limits.max_context))
+        if not _has(caps, Feature.MORE_QUERIES_THAN_KEYS):
+            k = max(k, q)
+        return SequenceSpec(query_len=q, key_len=k)
     return SequenceSpec(query_len=draw(st.integers(max(1, min_q), max(limits.max_query, 1))))
 
 
@@ -188,7 +199,7 @@ def alibi_slopes(num_heads: int) -> tuple[float, ...]:
 @st.composite
 def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> Case:
     """A Case inside `caps`, sized by `limits`."""
-    attn_type = draw(st.sampled_from(sorted(caps.attn_types, key=lambda t: t.value)))
+    attn_type = draw(st.sampled_from(_focus(caps.attn_types, limits.attn_types, key=lambda t: t.value)))
     dtype = draw(st.sampled_from(_focus(caps.dtypes, limits.dtypes, key=lambda d: d.value)))
     num_heads, num_kv_heads = draw(heads(caps, limits))
     head_size = draw(st.sampled_from(_focus(caps.head_sizes, limits.head_sizes)))
@@ -206,24 +217,29 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     if caps.min_query_len > 1 or caps.min_kv_len > 0:  # lift lengths to the declared minimums
         def lifted(s: SequenceSpec) -> SequenceSpec:
             q = max(s.query_len, caps.min_query_len) if s.query_len else 0
-            enc = max(s.encoder_len, caps.min_kv_len) if attn_type == AttentionType.ENCODER_DECODER else 0
             if attn_type != AttentionType.ENCODER_DECODER and q == 0:
                 q = max(1, caps.min_query_len)  # keys are the queries themselves (or include them)
-            return SequenceSpec(query_len=q, context_len=s.context_len, encoder_len=enc)
+            enc = max(s.encoder_len, caps.min_kv_len) if attn_type == AttentionType.ENCODER_DECODER else 0
+            keys = max(s.key_len, caps.min_kv_len) if s.key_len is not None else None
+            return replace(s, query_len=q, encoder_len=enc, key_len=keys)
         sequences = tuple(lifted(s) for s in sequences)
     if caps.uniform_query_len:
-        sequences = tuple(SequenceSpec(query_len=sequences[0].query_len, context_len=s.context_len,
-                                       encoder_len=s.encoder_len) for s in sequences)
+        sequences = tuple(replace(s, query_len=sequences[0].query_len) for s in sequences)
     if sum(s.query_len for s in sequences) == 0:
-        sequences = (SequenceSpec(query_len=1, context_len=sequences[0].context_len,
-                                  encoder_len=sequences[0].encoder_len),) + sequences[1:]
+        sequences = (replace(sequences[0], query_len=1),) + sequences[1:]
     cache = None
     if uses_cache and (caps.requires_cache or draw(st.booleans())):
         cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size, limits))
 
     max_kv = max([kv_len(attn_type, s) for s in sequences] + [1])
+    kernel = {}
+    if attn_type == AttentionType.KERNEL:
+        side = st.none() | st.sampled_from(sorted({0, 1, 2, max(0, max_kv - 1), max_kv, max_kv + 1}))
+        kernel = dict(causal=draw(st.sampled_from(sorted(caps.causal_modes))),
+                      causal_alignment=draw(st.sampled_from(sorted(caps.causal_alignments, key=lambda a: a.value))),
+                      window=_sometimes(draw, caps, Feature.WINDOW, st.tuples(side, side)))
     window = None
-    if attn_type != AttentionType.ENCODER_DECODER:
+    if attn_type not in (AttentionType.ENCODER_DECODER, AttentionType.KERNEL):
         window = _sometimes(draw, caps, Feature.WINDOW, st.sampled_from(
             sorted({1, 2, max(1, max_kv - 1), max_kv, max_kv + 1})) | st.integers(1, max_kv + 2))
     soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, st.sampled_from([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]))
@@ -244,7 +260,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
                     logit_scale=draw(st.sampled_from([1.0, 0.5, 2.0, 4.0, 8.0])))
     scale = draw(st.none() | st.sampled_from([0.05, 0.3, 1.0])) if draw(st.integers(0, 4)) == 0 else None
     seed = draw(st.integers(0, 2**31 - 1))
-    return Case(sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
+    return Case(**kernel, sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
                 head_size=head_size, head_size_v=head_size_v, dtype=dtype, scale=scale, sliding_window=window,
                 alibi=alibi, soft_cap=soft_cap, sinks=sinks, attn_chunk_size=chunk, block_sparse=sparse, cache=cache,
                 values=values,

@@ -54,7 +54,7 @@ def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bo
             mask = mask_transform(mask)
         out, lse = attend_sequence(
             query[start:end], k, v, mask,
-            scale=case.softmax_scale, q_pos=query_positions(case.attn_type, seq).to(query.device),
+            scale=case.softmax_scale, q_pos=query_positions(case, seq).to(query.device),
             alibi=None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(dtype), case.alibi.convention),
             soft_cap=case.soft_cap, sink=None if inputs.sinks is None else inputs.sinks.to(dtype),
             dtype=dtype, reorder=reorder, chunk_elements=chunk_elements)

@@ -36,6 +36,7 @@ class AttentionType(Enum):
     ENCODER = "encoder"  # bidirectional over the sequence itself, no cache
     ENCODER_ONLY = "encoder_only"  # bidirectional, no cache; windows are symmetric
     ENCODER_DECODER = "encoder_decoder"  # decoder queries attend every encoder key (cross cache)
+    KERNEL = "kernel"  # a raw kernel call: query_len and key_len independent, causal / alignment / window explicit
 
 
 class CausalAlignment(Enum):
@@ -113,6 +114,7 @@ class SequenceSpec:
     query_len: int
     context_len: int = 0
     encoder_len: int = 0
+    key_len: int | None = None  # attn_type=kernel only: keys of this sequence (any relation to query_len)
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,11 @@ class Case:
     sinks: tuple[float, ...] | None = None  # one logit per query head
     attn_chunk_size: int | None = None  # chunked local attention
     block_sparse: BlockSparse | None = None
+    # attn_type=kernel only: the kernel API's own causal flag, its alignment, and a (left, right) window
+    # in key positions from the query's aligned position (None: unbounded on that side).
+    causal: bool = False
+    causal_alignment: CausalAlignment = CausalAlignment.BOTTOM_RIGHT
+    window: tuple[int | None, int | None] | None = None
     cache: CacheSpec | None = None  # decoder / encoder_decoder: the paged cache (None: contiguous)
     values: Values = field(default_factory=Values)
     seed: int = 0
@@ -233,7 +240,21 @@ class Case:
 
     @property
     def is_causal(self) -> bool:
+        if self.attn_type == AttentionType.KERNEL:
+            return self.causal
         return self.attn_type == AttentionType.DECODER
+
+    def query_offset(self, seq: SequenceSpec) -> int:
+        """Position of the sequence's first query among its keys (may be negative when q > k).
+
+        Bottom-right alignment puts the last query at the last key: offset = kv_len - query_len
+        (a decoder's context_len); top-left puts query j at position j.
+        """
+        if self.attn_type == AttentionType.KERNEL:
+            if self.causal_alignment == CausalAlignment.TOP_LEFT:
+                return 0
+            return kv_len(self.attn_type, seq) - seq.query_len
+        return seq.context_len if self.attn_type == AttentionType.DECODER else 0
 
     @property
     def uses_cache(self) -> bool:
@@ -246,6 +267,8 @@ class Case:
         As vLLM's backends set it: encoder_only gets the symmetric (W-1, W-1); every other type,
         attn_type=encoder included, gets (W-1, 0), which for an encoder also hides later keys.
         """
+        if self.attn_type == AttentionType.KERNEL:
+            return self.window if self.window is not None else (None, None)
         if self.sliding_window is None:
             return (None, None)
         w = self.sliding_window - 1
@@ -288,6 +311,13 @@ class Case:
             on.add("empty_query")
         if any(0 < s.query_len and s.context_len > 0 for s in self.sequences):
             on.add("context")
+        if self.attn_type == AttentionType.KERNEL:
+            if self.causal and self.causal_alignment == CausalAlignment.TOP_LEFT:
+                on.add("top_left")
+            if self.window is not None:
+                on.add("window")
+            if any(s.query_len > (s.key_len or 0) for s in self.sequences):
+                on.add("more_queries_than_keys")
         return frozenset(on)
 
     # JSON round trip ---------------------------------------------------------------------------
@@ -315,6 +345,8 @@ def kv_len(attn_type: AttentionType, seq: SequenceSpec) -> int:
         return seq.context_len + seq.query_len
     if attn_type == AttentionType.ENCODER_DECODER:
         return seq.encoder_len
+    if attn_type == AttentionType.KERNEL:
+        return seq.key_len or 0
     return seq.query_len
 
 
@@ -344,6 +376,13 @@ def validate(case: Case) -> None:
         if case.attn_type == AttentionType.DECODER:
             _require(s.encoder_len == 0,
                      f"Case.sequences[{i}].encoder_len={s.encoder_len}: must be 0 for attn_type=decoder")
+        if case.attn_type == AttentionType.KERNEL:
+            _require(isinstance(s.key_len, int) and s.key_len >= 0 and s.context_len == 0 and s.encoder_len == 0,
+                     f"Case.sequences[{i}]: key_len={s.key_len!r}, context_len={s.context_len}, encoder_len="
+                     f"{s.encoder_len}: attn_type=kernel needs key_len >= 0 and no context / encoder lengths")
+        else:
+            _require(s.key_len is None, f"Case.sequences[{i}].key_len={s.key_len}: only attn_type=kernel takes "
+                                        f"key_len (others derive it)")
         if case.attn_type == AttentionType.ENCODER_DECODER:
             _require(s.context_len == 0,
                      f"Case.sequences[{i}].context_len={s.context_len}: cross attention reads the "
@@ -363,6 +402,18 @@ def validate(case: Case) -> None:
              f"Case.scale={case.scale!r}: must be None or a finite number > 0")
     _require(case.sliding_window is None or (isinstance(case.sliding_window, int) and case.sliding_window >= 1),
              f"Case.sliding_window={case.sliding_window!r}: must be None or an integer >= 1")
+    if case.attn_type == AttentionType.KERNEL:
+        _require(case.sliding_window is None and case.cache is None,
+                 "Case: attn_type=kernel states its window as Case.window=(left, right) and takes contiguous K/V: "
+                 "sliding_window and cache must be None")
+        w = case.window
+        _require(w is None or (isinstance(w, tuple) and len(w) == 2
+                               and all(x is None or (isinstance(x, int) and x >= 0) for x in w)),
+                 f"Case.window={w!r}: None or (left, right), each None (unbounded) or an integer >= 0")
+    else:
+        _require(not case.causal and case.causal_alignment == CausalAlignment.BOTTOM_RIGHT and case.window is None,
+                 f"Case.causal / causal_alignment / window: only attn_type=kernel sets them; "
+                 f"attn_type={case.attn_type.value} has its own (see Case.is_causal, window_bounds)")
     _require(case.sliding_window is None or case.attn_type != AttentionType.ENCODER_DECODER,
              f"Case.sliding_window={case.sliding_window}: not defined for attn_type=encoder_decoder")
     if case.alibi is not None:

@@ -48,7 +48,7 @@ def dcp_attention(inputs: Inputs, world: int, interleave: int = 1) -> Expected:
     for i, seq in enumerate(case.sequences):
         k_all, v_all = sequence_kv(inputs, i, torch.float64)
         mask = visible(case, seq)
-        q_pos = query_positions(case.attn_type, seq)
+        q_pos = query_positions(case, seq)
         states = []
         for rank in range(world):
             n_local = int(dcp_local_seq_lens(context_lens[i:i + 1], world, rank, interleave)[0])

@@ -9,17 +9,17 @@ import torch
 from torch import Tensor
 
 from .block_sparse import head_offset
-from .case import AttentionType, BlockSparse, Case, SequenceSpec, kv_len
+from .case import BlockSparse, Case, SequenceSpec, kv_len
 
 
-def query_positions(attn_type: AttentionType, seq: SequenceSpec) -> Tensor:
-    """Logical position of each new token among the sequence's keys.
+def query_positions(case: Case, seq: SequenceSpec) -> Tensor:
+    """Logical position of each new token among the sequence's keys (`Case.query_offset` + j).
 
     A decoder query j sits at context_len + j (bottom-right alignment): with context_len=2,
-    query_len=2 the queries are at positions 2 and 3 of keys 0..3.
+    query_len=2 the queries are at positions 2 and 3 of keys 0..3. A kernel case aligned
+    bottom-right with more queries than keys has negative positions: those rows see no key.
     """
-    offset = seq.context_len if attn_type == AttentionType.DECODER else 0
-    return torch.arange(seq.query_len, dtype=torch.int64) + offset
+    return torch.arange(seq.query_len, dtype=torch.int64) + case.query_offset(seq)
 
 
 def causal_visible(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -73,7 +73,7 @@ def block_sparse_visible(q_pos: Tensor, k_pos: Tensor, sparse: BlockSparse, offs
 
 def visible(case: Case, seq: SequenceSpec) -> Tensor:
     """Mask [num_heads or 1, query_len, kv_len] of the keys each query of `seq` may see."""
-    q_pos = query_positions(case.attn_type, seq)[:, None]
+    q_pos = query_positions(case, seq)[:, None]
     k_pos = torch.arange(kv_len(case.attn_type, seq), dtype=torch.int64)[None, :]
     mask = torch.ones(q_pos.shape[0], k_pos.shape[1], dtype=torch.bool)
     if case.is_causal:

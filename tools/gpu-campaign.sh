@@ -38,6 +38,15 @@ for g in $PARTS; do
     xformers) run /tmp/site-xf "${TIME_XFORMERS:-150}" $(avail /tmp/site-xf '^xformers-') ;;
     torch)
       run "${PYTHONPATH:-}" "${TIME_TORCH:-150}" $(avail "${PYTHONPATH:-}" '(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-naive-paged$)') ;;
+    kernel)  # the raw-API region (#9): explicit causal flag and alignment, window pairs, q > k
+      LIMITS='{"attn_types": ["kernel"]}' run "${PYTHONPATH:-}" "${TIME_KERNEL:-200}" \
+        $(avail "${PYTHONPATH:-}" '(^torch-sdpa-.*cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^flex-cuda$|^fa4-varlen$)') ;;
+    probes)  # convention probes of every available CUDA backend (and xformers from its own path)
+      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 -m fuzz.cli probe \
+        $(avail "${PYTHONPATH:-}" '(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^fa4-)' | sed 's/^/--backend /') \
+        > "$OUT/probes.txt" 2>&1
+      PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m fuzz.cli probe $(avail /tmp/site-xf '^xformers-' | sed 's/^/--backend /') \
+        >> "$OUT/probes.txt" 2>&1 ;;
     replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)
       for f in benchmarks/results/cases/*.json; do
         b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")

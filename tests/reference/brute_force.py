@@ -22,7 +22,11 @@ def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray],
         k, v = keys[s], values[s]
         n_keys = k.shape[0]
         for j in range(seq.query_len):
-            p = seq.context_len + j if case.attn_type == AttentionType.DECODER else j
+            if case.attn_type == AttentionType.KERNEL:  # bottom-right: the last query at the last key
+                bottom_right = case.causal_alignment.value == "bottom_right"
+                p = (n_keys - seq.query_len + j) if bottom_right else j
+            else:
+                p = seq.context_len + j if case.attn_type == AttentionType.DECODER else j
             for h in range(case.num_heads):
                 logits, vals = [], []
                 for t in range(n_keys):
@@ -52,8 +56,12 @@ def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray],
 
 def _sees(case: Case, p: int, t: int, h: int) -> bool:
     h_per_kv = case.num_heads // case.num_kv_heads
-    if case.attn_type == AttentionType.DECODER and t > p:
+    if (case.attn_type == AttentionType.DECODER or (case.attn_type == AttentionType.KERNEL and case.causal)) and t > p:
         return False
+    if case.attn_type == AttentionType.KERNEL and case.window is not None:
+        left, right = case.window
+        if (left is not None and p - t > left) or (right is not None and t - p > right):
+            return False
     if case.sliding_window is not None:
         w = case.sliding_window
         if p - t >= w:

@@ -152,7 +152,7 @@ def test_block_sparse_predicate_equals_the_dense_block_layout(case):
     for seq in case.sequences:
         n = r.kv_len(case.attn_type, seq)
         layout = block_sparse.block_layout(sparse, case.num_heads, case.num_kv_heads, -(-max(n, 1) // sparse.block_size))
-        expanded = block_sparse.token_mask_from_layout(layout, sparse.block_size, query_positions(case.attn_type, seq), n)
+        expanded = block_sparse.token_mask_from_layout(layout, sparse.block_size, query_positions(case, seq), n)
         assert torch.equal(visible(case, seq).expand_as(expanded), expanded)
 
 

@@ -98,7 +98,7 @@ def test_splitting_keys_and_merging_by_lse_equals_whole(case, data):
     cut = data.draw(st.integers(0, k.shape[0]))
     q = inputs.query[: seq.query_len].double()
     mask = visible(case, seq)
-    kw = dict(scale=case.softmax_scale, q_pos=query_positions(case.attn_type, seq), soft_cap=case.soft_cap,
+    kw = dict(scale=case.softmax_scale, q_pos=query_positions(case, seq), soft_cap=case.soft_cap,
               alibi=None if case.alibi is None else (inputs.alibi_slopes.double(), case.alibi.convention))
     whole = attend_sequence(q, k, v, mask, **kw)
     left = attend_sequence(q, k[:cut], v[:cut], mask[..., :cut], **kw)
@@ -138,3 +138,35 @@ def test_materialize_is_bit_identical_for_the_same_case(case):
 @given(cases(ORACLE_CAPS, SMALL))
 def test_case_json_round_trip(case):
     assert r.Case.from_json(case.to_json()) == case
+
+
+KERNEL = dataclasses.replace(CONTIGUOUS, attn_types=frozenset({r.AttentionType.KERNEL}))
+
+
+@given(cases(KERNEL, SMALL))
+def test_kernel_cases_equal_brute_force_loops(case):
+    """Explicit causal flag, either alignment, (left, right) windows, more queries than keys."""
+    inputs = r.materialize(case)
+    expected = r.attention(inputs)
+    out, lse = brute_force_attention(case, inputs.query.double().numpy(), [k.double().numpy() for k in inputs.keys],
+                                     [v.double().numpy() for v in inputs.values])
+    assert np.allclose(expected.output.numpy(), out, atol=1e-9)
+    assert close(expected.lse, torch.from_numpy(lse), 1e-9)
+
+
+@given(cases(KERNEL, SMALL))
+def test_alignments_agree_when_queries_and_keys_have_the_same_length(case):
+    case = case.replace(sequences=tuple(dataclasses.replace(s, key_len=s.query_len) for s in case.sequences))
+    other = r.CausalAlignment.TOP_LEFT if case.causal_alignment == r.CausalAlignment.BOTTOM_RIGHT \
+        else r.CausalAlignment.BOTTOM_RIGHT
+    a = r.attention(r.materialize(case))
+    b = r.attention(r.materialize(case.replace(causal_alignment=other)))
+    assert close(a.output, b.output) and close(a.lse, b.lse)
+
+
+@given(cases(KERNEL, SMALL))
+def test_unbounded_window_sides_equal_no_window(case):
+    assume(case.window is not None)
+    unbounded = r.attention(r.materialize(case.replace(window=(None, None))))
+    none = r.attention(r.materialize(case.replace(window=None)))
+    assert close(unbounded.output, none.output) and close(unbounded.lse, none.lse)

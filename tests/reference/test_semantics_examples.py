@@ -101,3 +101,28 @@ def test_unknown_enum_value_in_json_names_the_allowed_values():
     text = r.Case(sequences=(r.SequenceSpec(query_len=1),), head_size=8).to_json().replace('"bfloat16"', '"fp12"')
     with pytest.raises(r.CaseError, match="DType='fp12'.*float32"):
         r.Case.from_json(text)
+
+
+def test_kernel_causal_alignment_pictures():
+    """q=2, k=4: bottom-right puts the queries at keys 2, 3; top-left at keys 0, 1 (SDPA's is_causal)."""
+    seq = r.SequenceSpec(query_len=2, key_len=4)
+    br = r.Case(sequences=(seq,), attn_type=r.AttentionType.KERNEL, causal=True)
+    tl = br.replace(causal_alignment=r.CausalAlignment.TOP_LEFT)
+    assert visible(br, seq)[0].int().tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
+    assert visible(tl, seq)[0].int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0]]
+
+
+def test_kernel_more_queries_than_keys_leaves_leading_rows_empty():
+    """q=3, k=1, bottom-right causal: queries sit at -2, -1, 0; only the last sees the key."""
+    case = r.Case(sequences=(r.SequenceSpec(query_len=3, key_len=1),), attn_type=r.AttentionType.KERNEL, causal=True)
+    e = r.attention(r.materialize(case))
+    assert torch.isneginf(e.lse[:2]).all() and (e.output[:2] == 0).all() and torch.isfinite(e.lse[2]).all()
+
+
+def test_kernel_window_pair_picture():
+    """Non-causal (left=1, right=0) is one key back plus the query's own; (0, 1) is own plus one ahead."""
+    seq = r.SequenceSpec(query_len=3, key_len=3)
+    back = r.Case(sequences=(seq,), attn_type=r.AttentionType.KERNEL, window=(1, 0))
+    ahead = back.replace(window=(0, 1))
+    assert visible(back, seq)[0].int().tolist() == [[1, 0, 0], [1, 1, 0], [0, 1, 1]]
+    assert visible(ahead, seq)[0].int().tolist() == [[1, 1, 0], [0, 1, 1], [0, 0, 1]]
