@@ -77,6 +77,7 @@ class Capabilities:
     uniform_query_len: bool = False  # every sequence of a batch must have the same query_len
     min_query_len: int = 0  # shortest non-empty query a sequence may have
     min_kv_len: int = 0  # fewest keys a sequence may have
+    causal_equal_lengths: bool = False  # kernel cases: a causal call needs query_len == key_len
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
 
     def reasons(self, case: Case, device: str = "cpu") -> list[str]:
@@ -115,6 +116,9 @@ class Capabilities:
             out.append(f"query_len={short_q[0]} < {self.min_query_len} (declared minimum per sequence)")
         if any(n < self.min_kv_len for n in case.kv_lens):
             out.append(f"kv_len={min(case.kv_lens)} < {self.min_kv_len} (declared minimum per sequence)")
+        if (self.causal_equal_lengths and case.attn_type == AttentionType.KERNEL and case.causal
+                and any(s.query_len != s.key_len for s in case.sequences)):
+            out.append("causal with query_len != key_len: this kernel takes causal only for equal lengths")
         if self.uniform_query_len and len(set(case.query_lens)) > 1:
             out.append(f"query_lens={case.query_lens}: this kernel needs one query_len for the whole batch")
         if self.max_kv_len is not None and case.max_kv_len > self.max_kv_len:

@@ -133,7 +133,8 @@ def sdpa_backends() -> list[Backend]:
         SdpaBackend("torch-sdpa-math-cuda", "MATH", "cuda", replace(base, devices=cuda), "SDPA math kernel on CUDA"),
         SdpaBackend("torch-sdpa-efficient", "EFFICIENT_ATTENTION", "cuda",
                     masked, "SDPA memory-efficient kernel, attn_mask"),
-        SdpaBackend("torch-sdpa-flash", "FLASH_ATTENTION", "cuda", replace(no_mask, devices=cuda),
+        # Found by the kernel-level campaign: flash refuses is_causal when query and key lengths differ.
+        SdpaBackend("torch-sdpa-flash", "FLASH_ATTENTION", "cuda", replace(no_mask, devices=cuda, causal_equal_lengths=True),
                     "SDPA flash kernel: no attn_mask, so causal only where top-left == bottom-right"),
         SdpaBackend("torch-sdpa-cudnn", "CUDNN_ATTENTION", "cuda", replace(no_mask, devices=cuda, min_query_len=2),
                     "SDPA cuDNN kernel: no attn_mask, so causal only where top-left == bottom-right"),
@@ -143,7 +144,8 @@ def sdpa_backends() -> list[Backend]:
                               causal_modes=frozenset({True}), causal_alignments=frozenset({alignment}),
                               features=frozenset({Feature.GQA, Feature.MQA, Feature.HEAD_SIZE_V,
                                                   Feature.MORE_QUERIES_THAN_KEYS}),
-                              dtypes=frozenset(DType) if dev == "cpu" else frozenset({DType.FLOAT16, DType.BFLOAT16})),
+                              dtypes=frozenset(DType) if dev == "cpu" else frozenset({DType.FLOAT16, DType.BFLOAT16}),
+                              min_kv_len=0 if dev == "cpu" else 1),  # CUDA: "No available kernel" without keys
                       f"SDPA with the torch.nn.attention.bias.{fn} attn_mask object", bias=fn)
           for tag, fn, alignment in (("causal-lower-right", "causal_lower_right", CausalAlignment.BOTTOM_RIGHT),
                                      ("causal-upper-left", "causal_upper_left", CausalAlignment.TOP_LEFT))

@@ -10,8 +10,6 @@ import argparse
 import resource
 import time
 
-import torch
-
 import reference as r
 from reference.attention import attention
 
@@ -33,8 +31,8 @@ def main() -> None:
     expected = attention(inputs)
     t2 = time.perf_counter()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"| context | queries | heads (kv) | head_size | materialize s | oracle s | peak RSS MiB | finite |")
-    print(f"|---|---|---|---|---|---|---|---|")
+    print("| context | queries | heads (kv) | head_size | materialize s | oracle s | peak RSS MiB | finite |")
+    print("|---|---|---|---|---|---|---|---|")
     print(f"| {a.context} | {a.queries} | {a.heads} ({a.kv_heads}) | {a.head_size} | {t1 - t0:.1f} | {t2 - t1:.1f} | "
           f"{peak_mib:.0f} | {bool(expected.output.isfinite().all())} |")
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from backends.base import Actual, Backend, LseBase, Unsupported
+from backends.base import Actual, Backend, Unsupported
 from reference.attention import Expected, attention
 from reference.case import Case
 from reference.inputs import Inputs, materialize

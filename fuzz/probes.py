@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from backends.base import Backend
-from reference.case import (AttentionType, CacheSpec, Case, CausalAlignment, SequenceSpec, Values)
+from reference.case import AttentionType, CacheSpec, Case, SequenceSpec, Values
 
 from .compare import evaluate
 

@@ -7,13 +7,12 @@ non-unit and per-head scales, shuffled block tables with a null block.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
 from backends.base import ALL_FEATURES, Capabilities, Feature
-from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
+from reference.case import (Alibi, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
                             CausalAlignment,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
                             ValueDistribution, Values, kv_len)
@@ -221,6 +220,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
                 q = max(1, caps.min_query_len)  # keys are the queries themselves (or include them)
             enc = max(s.encoder_len, caps.min_kv_len) if attn_type == AttentionType.ENCODER_DECODER else 0
             keys = max(s.key_len, caps.min_kv_len) if s.key_len is not None else None
+            if keys is not None and not _has(caps, Feature.MORE_QUERIES_THAN_KEYS):
+                keys = max(keys, q)
             return replace(s, query_len=q, encoder_len=enc, key_len=keys)
         sequences = tuple(lifted(s) for s in sequences)
     if caps.uniform_query_len:
@@ -260,6 +261,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
                     logit_scale=draw(st.sampled_from([1.0, 0.5, 2.0, 4.0, 8.0])))
     scale = draw(st.none() | st.sampled_from([0.05, 0.3, 1.0])) if draw(st.integers(0, 4)) == 0 else None
     seed = draw(st.integers(0, 2**31 - 1))
+    if kernel and kernel["causal"] and caps.causal_equal_lengths:
+        sequences = tuple(replace(s, key_len=s.query_len) for s in sequences)
     return Case(**kernel, sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
                 head_size=head_size, head_size_v=head_size_v, dtype=dtype, scale=scale, sliding_window=window,
                 alibi=alibi, soft_cap=soft_cap, sinks=sinks, attn_chunk_size=chunk, block_sparse=sparse, cache=cache,

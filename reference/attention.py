@@ -13,7 +13,6 @@ import torch
 from torch import Tensor
 
 from . import quant
-from .case import Case, KVCacheDType
 from .inputs import Inputs, read_kv
 from .merge import merge_attn_states
 from .scores import alibi_bias, apply_soft_cap

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .attention import Expected, add_sink
+from .attention import Expected
 from .case import AttentionType
 from .inputs import Inputs, read_kv
 from .merge import merge_attn_states
-from .partial import partial_state
+from .partial import finish, partial_state
 
 PREFIX_THRESHOLD = 256  # tokens: shorter common prefixes are not worth a second kernel launch
 MIN_REQUESTS = 8
@@ -112,7 +112,4 @@ def cascade_attention(inputs: Inputs, common_prefix_len: int) -> Expected:
         out, lse = merge_attn_states(*prefix_state, *suffix_state)
         outs.append(out)
         lses.append(lse)
-    out, lse = torch.cat(outs), torch.cat(lses)
-    if inputs.sinks is not None:
-        out, lse = add_sink(out, lse, inputs.sinks.to(torch.float64))
-    return Expected(out, lse)
+    return finish(inputs, outs, lses)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .attention import Expected, add_sink, sequence_kv
+from .attention import Expected, sequence_kv
 from .case import AttentionType
 from .inputs import Inputs
-from .partial import merge_all, partial_state
+from .partial import finish, merge_all, partial_state
 from .visibility import query_positions, visible
 
 
@@ -60,7 +60,4 @@ def dcp_attention(inputs: Inputs, world: int, interleave: int = 1) -> Expected:
         out, lse = merge_all(states)
         outs.append(out)
         lses.append(lse)
-    out, lse = torch.cat(outs), torch.cat(lses)
-    if inputs.sinks is not None:
-        out, lse = add_sink(out, lse, inputs.sinks.to(torch.float64))
-    return Expected(out, lse)
+    return finish(inputs, outs, lses)

@@ -12,8 +12,7 @@ import torch
 from torch import Tensor
 
 from . import layouts, quant
-from .case import (AttentionType, BlockTableKind, Case, KVCacheDType, KVLayout, ScaleGranularity,
-                   ValueDistribution)
+from .case import AttentionType, BlockTableKind, Case, KVCacheDType, KVLayout, ValueDistribution
 from .layouts import PagedCache
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import Expected, add_sink, attend_sequence, query_for_oracle, sequence_kv
+from .attention import Expected, attend_sequence, query_for_oracle, sequence_kv
 from .case import AttentionType
 from .inputs import Inputs, read_kv
 from .visibility import causal_visible, window_visible

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor
 
-from .attention import attend_sequence, query_for_oracle
+from .attention import Expected, add_sink, attend_sequence, query_for_oracle
 from .inputs import Inputs
 from .merge import merge_attn_states
 
@@ -45,3 +45,11 @@ def empty_state(num_q: int, num_heads: int, dv: int) -> tuple[Tensor, Tensor]:
     """The state over no keys: output 0, LSE -inf."""
     return (torch.zeros(num_q, num_heads, dv, dtype=torch.float64),
             torch.full((num_q, num_heads), -math.inf, dtype=torch.float64))
+
+
+def finish(inputs: Inputs, outs: list[Tensor], lses: list[Tensor]) -> Expected:
+    """Concatenate per-sequence merged states and let the sink join once (it is in no partial state)."""
+    out, lse = torch.cat(outs), torch.cat(lses)
+    if inputs.sinks is not None:
+        out, lse = add_sink(out, lse, inputs.sinks.to(torch.float64))
+    return Expected(out, lse)

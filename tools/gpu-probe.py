@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 import time
 from pathlib import Path

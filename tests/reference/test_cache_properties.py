@@ -11,7 +11,7 @@ from hypothesis import assume, given, strategies as st
 import reference as r
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
 from reference import layouts, quant
-from reference.inputs import KVCache, read_kv, write_kv
+from reference.inputs import read_kv, write_kv
 
 SMALL = Limits(max_sequences=3, max_context=40, max_query=6, max_kv_heads=2)
 PAGED = dataclasses.replace(ORACLE_CAPS, attn_types=frozenset({r.AttentionType.DECODER, r.AttentionType.ENCODER_DECODER}),
