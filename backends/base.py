@@ -44,7 +44,7 @@ class Feature(Enum):
 
 
 ALL_FEATURES = frozenset(Feature)
-COMMON_HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 256)
+COMMON_HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from reference.inputs import Inputs
 from ._convert import cu_seqlens
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
-HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 256)
+HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
 FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT,
                       Feature.HEAD_SIZE_V, Feature.EMPTY_QUERY, Feature.MORE_QUERIES_THAN_KEYS})
 _SEEN_VARIANTS: set = set()

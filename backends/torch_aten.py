@@ -84,4 +84,49 @@ def unpack_varlen_lse(lse: torch.Tensor, query_lens: list[int]) -> torch.Tensor:
 
 def aten_backends() -> list[Backend]:
     return [AtenVarlen("aten-flash-varlen", "_flash_attention_forward"),
-            AtenVarlen("aten-efficient-varlen", "_efficient_attention_forward")]
+            AtenVarlen("aten-efficient-varlen", "_efficient_attention_forward"), TorchVarlen()]
+
+
+class TorchVarlen(Backend):
+    """`torch.nn.attention.varlen.varlen_attn`: the public varlen entry point (flash underneath).
+
+    Causality is a window: (-1, 0) is causal (bottom-right), (W-1, 0) a causal sliding window,
+    (-1, -1) full attention; the LSE comes back as [tokens, heads] through AuxRequest(lse=True).
+    """
+
+    name = "torch-varlen"
+    library = "torch"
+    description = "torch.nn.attention.varlen.varlen_attn over packed sequences, window-expressed causality"
+    caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
+                        head_sizes=(32, 64, 96, 128, 256), attn_types=frozenset(AttentionType),
+                        features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT,
+                                            Feature.MORE_QUERIES_THAN_KEYS}), lse_base=LseBase.E)
+
+    def device(self) -> str:
+        return "cuda"
+
+    def availability(self) -> str | None:
+        try:
+            from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+        except ImportError as e:
+            return f"torch {torch.__version__} has no torch.nn.attention.varlen: {e}"
+        return None if torch.cuda.is_available() else "no CUDA device"
+
+    def run(self, inputs: Inputs) -> Actual:
+        from torch.nn.attention.varlen import AuxRequest, varlen_attn
+
+        case = inputs.case
+        dev = inputs.query.device
+        left, right = case.window_bounds
+        if case.is_causal:
+            right = 0 if right is None else min(right, 0)
+        window = (-1 if left is None else left, -1 if right is None else right)
+        out, lse = varlen_attn(inputs.query, torch.cat(inputs.keys), torch.cat(inputs.values),
+                               cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev),
+                               max(case.max_query_len, 1), max(case.max_kv_len, 1),
+                               return_aux=AuxRequest(lse=True), scale=case.softmax_scale, window_size=window,
+                               enable_gqa=case.num_heads != case.num_kv_heads)
+        lse = lse.float()
+        if lse.shape == (case.num_heads, case.num_tokens):
+            lse = lse.transpose(0, 1)
+        return Actual(output=out, lse=lse, notes={"lse_shape": list(lse.shape)})
