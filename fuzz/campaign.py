@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+STICKY_EXIT = 3  # a worker's exit after a sticky device error: its rows are written, start a fresh one
+
 HEARTBEAT = "current.json"
 
 
@@ -102,6 +104,10 @@ def _run_backend(cfg: CampaignConfig, name: str, seconds: float | None, progress
         if outcome == "done":
             return
         restarts += 1
+        if proc.returncode == STICKY_EXIT:  # the worker saved its case and left a poisoned device: go on
+            if restarts >= 50:
+                return
+            continue
         current = _read_heartbeat(heartbeat)
         if not current.get("case"):  # the harness itself failed: say so once and give up on this backend
             output = proc.stdout.read()[-3000:] if proc.stdout else ""

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from backends.registry import get
 from reference.case import Case
 
-from .campaign import HEARTBEAT, append_row
+from .campaign import HEARTBEAT, STICKY_EXIT, append_row
 from .compare import Evaluation, Verdict, base_row, evaluate
 from .ledger import known_for
 from .strategies import Limits, cases
@@ -51,7 +51,6 @@ def save_case(out: Path, backend: str, case_json: str, verdict: str, evaluation:
     return str(path)
 
 
-STICKY_EXIT = 3
 _STICKY = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
            "an illegal instruction")
 

@@ -39,5 +39,23 @@ class Hangs(_Misbehaves):
         time.sleep(3600)
 
 
+class StickyError(_Misbehaves):
+    """Raises what a CUDA kernel's illegal memory access looks like; afterwards every call fails too,
+    as a poisoned CUDA context would (so a worker that went on would blame innocent cases)."""
+
+    def __init__(self):
+        super().__init__("test-sticky")
+        self.poisoned = False
+
+    def run(self, inputs):
+        if self.poisoned:
+            raise RuntimeError("CUDA error: unspecified launch failure (context poisoned earlier)")
+        return super().run(inputs)
+
+    def misbehave(self) -> None:
+        self.poisoned = True
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
 def all_crashy():
-    return [Segfaults(), Hangs()]
+    return [Segfaults(), Hangs(), StickyError()]

@@ -25,6 +25,14 @@ def test_a_segfaulting_kernel_is_a_crash_row_and_the_campaign_goes_on(tmp_path):
     assert saved["replay"].startswith("attnref replay")
 
 
+def test_a_sticky_device_error_is_saved_unshrunk_and_a_fresh_worker_goes_on(tmp_path):
+    rows = _campaign(tmp_path, "test-sticky", 12, example_timeout=60)
+    sticky = [r for r in rows if "illegal memory access" in str(r.get("message"))]
+    assert sticky and any(r.get("phase") == "minimal" and "not shrunk" in r.get("note", "") for r in sticky)
+    assert not any("poisoned earlier" in str(r.get("message")) for r in rows)  # nothing blamed afterwards
+    assert any(r["verdict"] in ("pass", "blind") for r in rows if r.get("phase") == "generate")
+
+
 def test_a_hanging_kernel_is_a_timeout_row(tmp_path):
     rows = _campaign(tmp_path, "test-hangs", 6, example_timeout=4)
     assert any(r["verdict"] == "timeout" for r in rows)
