@@ -113,12 +113,19 @@ def _cmd_probe(a) -> int:
 
     names = a.backend or [x.backend.name for x in listings(specs=tuple(a.backend_spec)) if x.available]
     failed = 0
+    sink = None
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        sink = (Path(a.out) / "probes.jsonl").open("a")
     print(f"{'backend':34s} {'probe':22s} verdict")
     for name in names:
         for row in run_probes(get(name, include_mutants=True, specs=tuple(a.backend_spec))):
             failed += row["verdict"] not in ("pass", "not_applicable")
             detail = f"  ({row['detail'][:90]})" if row["verdict"] not in ("pass", "not_applicable") else ""
             print(f"{name:34s} {row['probe']:22s} {row['verdict']}{detail}")
+            if sink is not None:
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
     return 1 if failed else 0
 
 
@@ -157,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pr = sub.add_parser("probe", help="convention probes (alignment, windows, empty rows, LSE base, ...)")
     pr.add_argument("--backend", action="append", help="backend name (repeatable); default: every available one")
+    pr.add_argument("--out", help="also append the rows to OUT/probes.jsonl (the report shows them)")
     pr.set_defaults(func=_cmd_probe)
 
     r = sub.add_parser("replay", help="re-run a saved case (bit-identical inputs) and print its verdict")

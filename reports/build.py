@@ -120,7 +120,22 @@ def junit_xml(df: pd.DataFrame) -> str:
     return ET.tostring(suites, encoding="unicode")
 
 
-def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict]) -> str:
+def load_probes(results: Path) -> list[dict]:
+    """Convention-probe rows (`attnref probe --out DIR`), the last run of each backend and probe."""
+    path = results / "probes.jsonl"
+    if not path.exists():
+        return []
+    latest: dict[tuple[str, str], dict] = {}
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a cut last line
+        latest[(row["backend"], row["probe"])] = row
+    return [latest[k] for k in sorted(latest)]
+
+
+def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], probes: list[dict] = ()) -> str:
     lines = ["# attnref results", "", "| backend | examples | pass | blind | fail | unsupported |", "|---|---|---|---|---|---|"]
     for backend, rows in generated(df).groupby("backend"):
         v = rows["verdict"]
@@ -130,6 +145,10 @@ def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict]) 
         lines += ["", "## Minimal failing cases", ""]
         for f in failures:
             lines.append(f"- **{f['backend']}** `{f['verdict']}`: {f['message']}  \n  replay: `{f['replay']}`")
+    off = [p for p in probes if p["verdict"] not in ("pass", "not_applicable")]
+    if probes:
+        lines += ["", f"## Convention probes: {len(probes) - len(off)} of {len(probes)} ran clean or did not apply", ""]
+        lines += [f"- **{p['backend']}** `{p['probe']}` {p['verdict']}: {p.get('detail', '')[:160]}" for p in off]
     return "\n".join(lines) + "\n"
 
 
@@ -288,7 +307,8 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
     tol.to_csv(results / "tolerance.csv", index=False)
     (results / "junit.xml").write_text(junit_xml(df))
     pages = _failure_pages(results)
-    (results / "summary.md").write_text(markdown_summary(df, tol, pages))
+    probes = load_probes(results)
+    (results / "summary.md").write_text(markdown_summary(df, tol, pages, probes))
 
     env = Environment(loader=PackageLoader("reports", "templates"), autoescape=select_autoescape(default=True))
     matrix = feature_matrix(df)
@@ -299,7 +319,8 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
         verdicts=[v for v in VERDICTS if v in counts.columns] if not counts.empty else [],
         tolerance=tol.to_dict("records"), tolerance_columns=list(tol.columns),
         matrix=matrix.to_dict("records"), matrix_columns=list(matrix.columns),
-        clusters=clusters.to_dict("records"), histogram=ratio_histogram(df), failures=pages)
+        clusters=clusters.to_dict("records"), histogram=ratio_histogram(df), failures=pages,
+        probes=probes)
     (out / "index.html").write_text(index)
     for page in pages:
         (out / f"{page['id']}.html").write_text(env.get_template("failure.html").render(p=page))

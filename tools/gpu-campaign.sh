@@ -44,8 +44,8 @@ for g in $PARTS; do
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
       PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 -m fuzz.cli probe \
         $(avail "${PYTHONPATH:-}" '(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^fa4-)' | sed 's/^/--backend /') \
-        > "$OUT/probes.txt" 2>&1
-      PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m fuzz.cli probe $(avail /tmp/site-xf '^xformers-' | sed 's/^/--backend /') \
+        --out "$RES" > "$OUT/probes.txt" 2>&1
+      PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m fuzz.cli probe $(avail /tmp/site-xf '^xformers-' | sed 's/^/--backend /') --out "$RES" \
         >> "$OUT/probes.txt" 2>&1 ;;
     replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)
       for f in benchmarks/results/cases/*.json; do

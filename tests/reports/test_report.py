@@ -46,6 +46,18 @@ def test_report_builds_every_artifact(tmp_path):
     assert "failures=" in (tmp_path / "junit.xml").read_text()
 
 
+def test_probe_rows_show_in_the_report_latest_run_wins(tmp_path):
+    _synthetic(tmp_path)
+    rows = [dict(backend="b0", probe="lse_base", question="q", verdict="convention", detail=f"base 2 {MARKUP}"),
+            dict(backend="b0", probe="causal_alignment", question="q", verdict="convention", detail="old"),
+            dict(backend="b0", probe="causal_alignment", question="q", verdict="pass", detail="")]
+    (tmp_path / "probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"cut')
+    index = build_report(tmp_path)["index"].read_text()
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Convention probes: 1 of 2" in summary and "`lse_base` convention" in summary
+    assert "causal_alignment" in index and "base 2 &lt;script&gt;" in index and MARKUP not in index
+
+
 def test_tolerance_table_counts_and_pass_rate(tmp_path):
     _synthetic(tmp_path)
     tol = tolerance_table(load_rows(tmp_path))
