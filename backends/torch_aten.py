@@ -6,6 +6,9 @@ Keys come contiguous (the adapter concatenates each sequence's keys: no paging e
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import torch
 
 from reference.case import AttentionType, DType
@@ -30,7 +33,9 @@ class AtenVarlen(Backend):
     def __init__(self, name: str, op_name: str) -> None:
         self.name, self.op_name = name, op_name
         self.description = f"torch.ops.aten.{op_name} over packed sequences (cu_seqlens), LSE returned"
-        self.caps = VARLEN_CAPS
+        # Found by fuzzing on the H200: rows with no key get LSE +inf (flash) or 0 (efficient), not -inf.
+        # Declared (each kernel's own convention); both are unsafe inputs to an LSE merge that expects -inf.
+        self.caps = replace(VARLEN_CAPS, empty_row_lse=math.inf if "flash" in op_name else 0.0)
 
     def device(self) -> str:
         return "cuda"

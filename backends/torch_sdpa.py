@@ -98,7 +98,10 @@ class CpuFlashBackend(Backend):
     library = "torch"
     description = "aten._scaled_dot_product_flash_attention_for_cpu, per sequence, masks as attn_mask"
     caps = Capabilities(devices=frozenset({"cpu"}), dtypes=frozenset(DType), attn_types=ALL_TYPES,
-                        features=MASK_FEATURES, lse_base=LseBase.E, causal_alignments=BOTH_ALIGNMENTS)
+                        features=MASK_FEATURES, lse_base=LseBase.E, causal_alignments=BOTH_ALIGNMENTS,
+                        # Found by fuzzing (kernel cases, q > k): a row its mask leaves empty gets output 0
+                        # but LSE 0, not -inf; declared, and unsafe for LSE merging (README findings).
+                        empty_row_lse=0.0)
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
