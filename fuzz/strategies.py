@@ -201,7 +201,9 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     attn_type = draw(st.sampled_from(_focus(caps.attn_types, limits.attn_types, key=lambda t: t.value)))
     dtype = draw(st.sampled_from(_focus(caps.dtypes, limits.dtypes, key=lambda d: d.value)))
     num_heads, num_kv_heads = draw(heads(caps, limits))
-    head_size = draw(st.sampled_from(_focus(caps.head_sizes, limits.head_sizes)))
+    sizes = _focus(caps.head_sizes, limits.head_sizes)
+    odd = [h for h in sizes if h & (h - 1)] or sizes  # not a power of two: padded tiles, tail masks
+    head_size = draw(st.sampled_from(sizes) | st.just(sizes[-1]) | st.sampled_from(odd))
     head_size_v = None
     if _has(caps, Feature.HEAD_SIZE_V):
         head_size_v = draw(st.none() | st.sampled_from(sorted(caps.head_sizes)))

@@ -3,17 +3,21 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
+import dataclasses
+
+import reference as r
 from backends.naive import NAIVE_CAPS
-from fuzz.strategies import cases
+from backends.registry import get
+from fuzz.strategies import ORACLE_CAPS, Limits, cases
 
 N = 300
 
 
-def _draws(caps):
+def _draws(caps, limits=Limits()):
     out = []
 
     @settings(max_examples=N, database=None, suppress_health_check=list(HealthCheck))
-    @given(cases(caps))
+    @given(cases(caps, limits))
     def collect(case):
         out.append(case)
 
@@ -36,3 +40,23 @@ def test_edges_appear_often_enough():
 def test_draws_stay_inside_the_declaration():
     for case in _draws(NAIVE_CAPS)[:100]:
         assert NAIVE_CAPS.reasons(case, "cpu") == []
+
+
+def test_kernel_level_corners_appear_often_enough():
+    caps = dataclasses.replace(ORACLE_CAPS, kv_layouts=frozenset())
+    draws = _draws(caps, Limits(attn_types=("kernel",)))
+    frac = lambda pred: sum(1 for c in draws if pred(c)) / len(draws)  # noqa: E731
+    assert frac(lambda c: c.attn_type == r.AttentionType.KERNEL) == 1.0
+    assert frac(lambda c: any(s.query_len > s.key_len for s in c.sequences)) > 0.1  # rows with no key
+    assert frac(lambda c: any(abs(s.query_len - s.key_len) == 1 for s in c.sequences)) > 0.1
+    assert frac(lambda c: c.causal and c.causal_alignment == r.CausalAlignment.TOP_LEFT) > 0.1
+    assert frac(lambda c: c.window is not None and None in c.window) > 0.05  # one unbounded side
+    assert frac(lambda c: c.window is not None and c.window[0] == c.max_kv_len) > 0.01
+
+
+def test_largest_and_odd_head_sizes_get_weight():
+    caps = get("fa4-varlen").caps
+    draws = _draws(caps)
+    frac = lambda pred: sum(1 for c in draws if pred(c)) / len(draws)  # noqa: E731
+    assert frac(lambda c: c.head_size == max(caps.head_sizes)) > 0.2
+    assert frac(lambda c: c.head_size & (c.head_size - 1)) > 0.4
