@@ -2,6 +2,7 @@
 
     limit = factor * max|baseline - expected| + floor
     floor = max(2 * max|(expected + 0.3 - 0.3) - expected| in the output dtype, abs_floor)
+            + 2 * eps_fp32 * max|LSE| * max|expected|      (logit rounding, see logit_rounding_floor)
 
 `baseline` is the oracle recomputed in the case's dtype over the same (quantized) cache, with the
 scale applied to the keys instead of the queries (flash-attn's `upcast=False, reorder_ops=True`):
@@ -69,11 +70,32 @@ class Limits:
     floor: float
 
 
-def limits(rule: ToleranceRule, expected: Tensor, baseline: Tensor, dtype: torch.dtype) -> Limits:
+FP32_EPS = 2.0**-23
+
+
+def logit_rounding_floor(expected: Tensor, lse: Tensor) -> float:
+    """What two correct fp32 softmaxes may disagree by when logits are large.
+
+    Kernels fold scale * log2(e) into the logits and use exp2, or subtract a running max at another
+    point: each rounds a logit of size |s| with error eps * |s|, which moves every probability by that
+    relative amount. A plain pass (the baseline) rounds differently, so the two differ by up to about
+    2 * eps_fp32 * max|s| * max|out|; max|s| <= max LSE. Logits live in fp32 in every kernel, so the
+    fp32 eps applies to all dtypes (negligible beside the fp16 / bf16 floors).
+    """
+    finite = lse[torch.isfinite(lse)]
+    if expected.numel() == 0 or finite.numel() == 0:
+        return 0.0
+    return 2.0 * FP32_EPS * max(1.0, float(finite.abs().max())) * float(expected.abs().max())
+
+
+def limits(rule: ToleranceRule, expected: Tensor, baseline: Tensor, dtype: torch.dtype,
+           lse: Tensor | None = None) -> Limits:
     """The max and mean error limits for one comparison."""
     finite = torch.isfinite(expected) & torch.isfinite(baseline)
     diff = (baseline - expected).abs()[finite]
     base_max = float(diff.max()) if diff.numel() else 0.0
     base_mean = float(diff.mean()) if diff.numel() else 0.0
     floor = max(rounding_floor(expected[finite], dtype), rule.abs_floor)
+    if lse is not None:
+        floor += logit_rounding_floor(expected[finite], lse)
     return Limits(rule.factor * base_max + floor, rule.mean_factor * base_mean + floor / 4, floor)

@@ -46,3 +46,14 @@ def test_uniform_attention_over_many_keys_is_reported_blind():
     row = evaluate(NaivePaged(), case).row
     assert row["verdict"] in ("blind", "pass")
     assert row["mask_shift_error"] < 0.2
+
+
+def test_logit_rounding_floor_scales_with_logit_size_and_output():
+    from fuzz.tolerance import FP32_EPS, logit_rounding_floor
+
+    out = torch.full((2, 2, 4), 3.0, dtype=torch.float64)
+    small = logit_rounding_floor(out, torch.zeros(2, 2, dtype=torch.float64))
+    large = logit_rounding_floor(out, torch.full((2, 2), -60.0, dtype=torch.float64))
+    assert small == 2 * FP32_EPS * 1.0 * 3.0 and large == 60 * small
+    assert logit_rounding_floor(out, torch.full((2, 2), float("-inf"), dtype=torch.float64)) == 0.0
+    assert large < 1e-4  # far below any planted bug's error, and the fp16 / bf16 floors
