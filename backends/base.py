@@ -207,6 +207,26 @@ class Backend:
         return f"<backend {self.name}>"
 
 
+def cuda_library_reason(module: str, package: str) -> str | None:
+    """Why a CUDA library's backend cannot run here (not installed, no GPU, import error), or None.
+
+    Checks the package without importing it first, so a CPU machine never pays for (or crashes in)
+    a GPU library's import.
+    """
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        return f"{package} is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # JIT DSLs fail in more ways than ImportError
+        return f"{module} not importable: {type(e).__name__}: {e}"
+    return None
+
+
 def poisoned_output(inputs: Inputs, extra_rows: int = 3) -> Tensor:
     """An output buffer of num_tokens + extra_rows rows, all NaN: rows a kernel must not touch stay NaN."""
     case = inputs.case

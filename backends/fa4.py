@@ -11,7 +11,6 @@ that a page loaded by TMA is read whole, so a partially used last page must hold
 """
 from __future__ import annotations
 
-import importlib.util
 
 import time
 
@@ -21,7 +20,7 @@ from reference.case import AttentionType, DType, KVLayout
 from reference.inputs import Inputs
 
 from ._convert import cu_seqlens
-from .base import Actual, Backend, Capabilities, Feature, LseBase
+from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 
 HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
 FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT,
@@ -60,15 +59,7 @@ class FA4(Backend):
         return "cuda"
 
     def availability(self) -> str | None:
-        if importlib.util.find_spec("flash_attn") is None:
-            return "flash-attn-4 (flash_attn.cute) is not installed"
-        if not torch.cuda.is_available():
-            return "no CUDA device"
-        try:
-            import flash_attn.cute  # noqa: F401
-        except Exception as e:  # the CuTe DSL may fail for reasons other than ImportError
-            return f"flash_attn.cute not importable: {type(e).__name__}: {e}"
-        return None
+        return cuda_library_reason("flash_attn.cute", "flash-attn-4 (flash_attn.cute)")
 
     def run(self, inputs: Inputs) -> Actual:
         from flash_attn.cute import flash_attn_varlen_func

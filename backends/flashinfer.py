@@ -9,7 +9,6 @@ recorded as `first_call_s` apart from the kernel time of later calls.
 """
 from __future__ import annotations
 
-import importlib.util
 
 import time
 
@@ -19,7 +18,7 @@ from reference.case import AttentionType, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
 from ._convert import lse_natural
-from .base import Actual, Backend, Capabilities, Feature, LseBase
+from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 
 LAYOUT = {KVLayout.FLASHINFER_NHD: "NHD", KVLayout.FLASHINFER_HND: "HND", KVLayout.FLASH_NHD: "NHD",
           KVLayout.FLASH_HND: "HND"}
@@ -77,15 +76,7 @@ class FlashInfer(Backend):
         return "cuda"
 
     def availability(self) -> str | None:
-        if importlib.util.find_spec("flashinfer") is None:
-            return "flashinfer-python is not installed"
-        if not torch.cuda.is_available():
-            return "no CUDA device"
-        try:
-            import flashinfer  # noqa: F401
-        except Exception as e:
-            return f"flashinfer not importable: {type(e).__name__}: {e}"
-        return None
+        return cuda_library_reason("flashinfer", "flashinfer-python")
 
     def run(self, inputs: Inputs) -> Actual:
         import flashinfer

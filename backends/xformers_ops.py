@@ -14,7 +14,6 @@ the backend description); with a matching build it is never needed.
 """
 from __future__ import annotations
 
-import importlib.util
 
 import os
 
@@ -23,7 +22,7 @@ import torch
 from reference.case import AttentionType, DType, KVLayout
 from reference.inputs import Inputs
 
-from .base import Actual, Backend, Capabilities, Feature, LseBase
+from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 from .torch_aten import unpack_varlen_lse
 
 FORCE_ENV = "ATTNREF_XFORMERS_FORCE_CUDA_FLAG"
@@ -75,10 +74,9 @@ class XformersOp(Backend):
         return getattr(getattr(fmha, module), attr)
 
     def availability(self) -> str | None:
-        if importlib.util.find_spec("xformers") is None:
-            return "xformers is not installed"
-        if not torch.cuda.is_available():
-            return "no CUDA device"
+        reason = cuda_library_reason("xformers", "xformers")
+        if reason is not None and not reason.startswith("xformers not importable"):
+            return reason
         try:
             import xformers.ops.fmha.common as common
 
