@@ -6,12 +6,13 @@ library's terms, and a mistake here must not be hidden by the same mistake in th
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from reference.case import AlibiConvention, AttentionType, Case
+from reference.case import AlibiConvention, AttentionType, Case, CausalAlignment
 from reference.inputs import Inputs
 
 LOG2_E = 1.0 / math.log(2.0)
@@ -22,34 +23,53 @@ def key_offset(case: Case, i: int) -> int:
     0 for encoders, and for kernel cases key_len - query_len (bottom-right) or 0 (top-left)."""
     s = case.sequences[i]
     if case.attn_type == AttentionType.KERNEL:
-        return (s.key_len or 0) - s.query_len if case.causal_alignment.value == "bottom_right" else 0
+        return (s.key_len or 0) - s.query_len if case.causal_alignment == CausalAlignment.BOTTOM_RIGHT else 0
     return s.context_len if case.attn_type == AttentionType.DECODER else 0
 
 
 def allowed(case: Case, i: int, device) -> Tensor:
     """Bool [H|1, query_len, kv_len]: which keys each query may see, from the Case's fields."""
     s = case.sequences[i]
-    n_k = case.kv_lens[i]
     qp = torch.arange(s.query_len, device=device)[:, None] + key_offset(case, i)
-    kp = torch.arange(n_k, device=device)[None, :]
-    ok = torch.ones(s.query_len, n_k, dtype=torch.bool, device=device)
-    if case.attn_type == AttentionType.DECODER or (case.attn_type == AttentionType.KERNEL and case.causal):
-        ok &= kp <= qp
-    if case.attn_type == AttentionType.KERNEL and case.window is not None:
-        left, right = case.window
-        if left is not None:
-            ok &= qp - kp <= left
-        if right is not None:
-            ok &= kp - qp <= right
-    if case.sliding_window is not None:
-        ok &= qp - kp < case.sliding_window
-        if case.attn_type == AttentionType.ENCODER_ONLY:
-            ok &= kp - qp < case.sliding_window
-        else:
-            ok &= kp <= qp
-    if case.attn_chunk_size is not None:
-        ok &= (qp // case.attn_chunk_size) == (kp // case.attn_chunk_size)
-    return ok[None]
+    kp = torch.arange(case.kv_lens[i], device=device)[None, :]
+    rule = position_rule(case, device)
+    heads = range(case.num_heads) if case.block_sparse is not None else range(1)  # only block-sparse varies
+    return torch.stack([rule(h, qp, kp).expand(qp.shape[0], kp.shape[1]) for h in heads])
+
+
+def position_rule(case: Case, device) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """rule(head, q_pos, k_pos) -> bool, elementwise on broadcastable positions: the Case's causal /
+    window / chunk / block-sparse rules in logical positions. SDPA masks (`allowed`) and flex
+    mask_mods are both built from it."""
+    causal = case.is_causal
+    window = case.sliding_window
+    symmetric_window = case.attn_type == AttentionType.ENCODER_ONLY
+    pair = case.window if case.attn_type == AttentionType.KERNEL else None
+    chunk = case.attn_chunk_size
+    sparse = case.block_sparse
+    if sparse is not None:
+        from reference.block_sparse import head_offset  # vLLM's derived per-head offsets (data, not a mask)
+        offsets = torch.tensor([head_offset(sparse, h, case.num_heads, case.num_kv_heads)
+                                for h in range(case.num_heads)], device=device)
+
+    def rule(h, qp, kp):
+        ok = torch.ones_like(qp, dtype=torch.bool) if not causal else kp <= qp
+        if window is not None:
+            ok = ok & (qp - kp < window)
+            ok = ok & ((kp - qp < window) if symmetric_window else (kp <= qp))
+        if pair is not None:
+            if pair[0] is not None:
+                ok = ok & (qp - kp <= pair[0])
+            if pair[1] is not None:
+                ok = ok & (kp - qp <= pair[1])
+        if chunk is not None:
+            ok = ok & (qp // chunk == kp // chunk)
+        if sparse is not None:
+            qb, kb = qp // sparse.block_size, kp // sparse.block_size
+            ok = ok & (((qb - kb) < sparse.local_blocks) | ((kb + offsets[h]) % sparse.vert_stride == 0))
+        return ok
+
+    return rule
 
 
 def alibi_additive(case: Case, i: int, slopes: Tensor) -> Tensor:
@@ -82,6 +102,31 @@ def per_sequence(inputs: Inputs, run_one: Callable[[int, Tensor, Tensor, Tensor]
 def lse_natural(lse: Tensor, base_two: bool) -> Tensor:
     """Convert a kernel's LSE to natural log (FlashInfer returns log2)."""
     return lse.float() / LOG2_E if base_two else lse.float()
+
+
+def unpack_varlen_lse(lse: torch.Tensor, query_lens: list[int]) -> torch.Tensor:
+    """[tokens, H] from a varlen LSE that is either per sequence [B, H, >= max_q] (rows padded) or
+    packed [1, H, >= total_q]; with one sequence the two coincide."""
+    lse = lse.float()
+    batch = len(query_lens)
+    if batch > 1 and lse.shape[0] == batch:
+        return torch.cat([lse[i, :, :n].transpose(0, 1) for i, n in enumerate(query_lens)])
+    return lse[0, :, : sum(query_lens)].transpose(0, 1)
+
+
+def tokens_first_lse(lse: Tensor, num_tokens: int, num_heads: int) -> Tensor:
+    """A packed varlen LSE as [tokens, heads], whether the kernel returned [heads, tokens] or that."""
+    lse = lse.float()
+    return lse.transpose(0, 1) if tuple(lse.shape) == (num_heads, num_tokens) else lse
+
+
+def first_call_note(seen: set, variant: tuple, started: float) -> dict:
+    """{'first_call_s': ...} the first time `variant` runs (its time includes a JIT compile), else {}."""
+    if variant in seen:
+        return {}
+    torch.cuda.synchronize()
+    seen.add(variant)
+    return {"first_call_s": time.perf_counter() - started}
 
 
 def cu_seqlens(lengths: list[int], device) -> Tensor:

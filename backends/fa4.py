@@ -11,7 +11,6 @@ that a page loaded by TMA is read whole, so a partially used last page must hold
 """
 from __future__ import annotations
 
-
 import time
 
 import torch
@@ -19,7 +18,7 @@ import torch
 from reference.case import AttentionType, DType, KVLayout
 from reference.inputs import Inputs
 
-from ._convert import cu_seqlens
+from ._convert import cu_seqlens, first_call_note, tokens_first_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 
 HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
@@ -55,9 +54,6 @@ class FA4(Backend):
         else:
             self.caps = Capabilities(**common, attn_types=frozenset(AttentionType))
 
-    def device(self) -> str:
-        return "cuda"
-
     def availability(self) -> str | None:
         return cuda_library_reason("flash_attn.cute", "flash-attn-4 (flash_attn.cute)")
 
@@ -79,20 +75,10 @@ class FA4(Backend):
         else:
             k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
             kwargs.update(cu_seqlens_k=cu_seqlens(case.kv_lens, dev), max_seqlen_k=max(case.max_kv_len, 1))
-        key = _variant(case)
         t0 = time.perf_counter()
         out, lse = flash_attn_varlen_func(inputs.query, k, v, **kwargs)
-        notes = {}
-        if key not in _SEEN_VARIANTS:
-            torch.cuda.synchronize()
-            notes["first_call_s"] = time.perf_counter() - t0  # includes the JIT compile
-            _SEEN_VARIANTS.add(key)
-        n, h = case.num_tokens, case.num_heads
-        lse = lse.float()
-        if lse.shape == (h, n):
-            lse = lse.transpose(0, 1)
-        notes["lse_shape"] = list(lse.shape)
-        return Actual(output=out, lse=lse, notes=notes)
+        notes = dict(first_call_note(_SEEN_VARIANTS, _variant(case), t0), lse_shape=list(lse.shape))
+        return Actual(output=out, lse=tokens_first_lse(lse, case.num_tokens, case.num_heads), notes=notes)
 
 
 def fa4_backends() -> list[Backend]:

@@ -9,7 +9,6 @@ recorded as `first_call_s` apart from the kernel time of later calls.
 """
 from __future__ import annotations
 
-
 import time
 
 import torch
@@ -17,7 +16,7 @@ import torch
 from reference.case import AttentionType, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
-from ._convert import lse_natural
+from ._convert import first_call_note, lse_natural
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 
 LAYOUT = {KVLayout.FLASHINFER_NHD: "NHD", KVLayout.FLASHINFER_HND: "HND", KVLayout.FLASH_NHD: "NHD",
@@ -72,9 +71,6 @@ class FlashInfer(Backend):
             block_sizes=(1, 8, 16, 32, 64), max_query_len=1 if decode else None, lse_base=LseBase.TWO,
             requires_cache=True, reads_paged_cache=True)
 
-    def device(self) -> str:
-        return "cuda"
-
     def availability(self) -> str | None:
         return cuda_library_reason("flashinfer", "flashinfer-python")
 
@@ -109,12 +105,7 @@ class FlashInfer(Backend):
         if inputs.sinks is not None:
             run["sinks"] = inputs.sinks.to(dev)
         out, lse = wrapper.run(inputs.query, paged_kv(inputs), **run)
-        notes = {}
-        if key not in _SEEN:
-            torch.cuda.synchronize()
-            notes["first_call_s"] = time.perf_counter() - t0
-            _SEEN.add(key)
-        return Actual(output=out, lse=lse_natural(lse, base_two=True), notes=notes)
+        return Actual(output=out, lse=lse_natural(lse, base_two=True), notes=first_call_note(_SEEN, key, t0))
 
 
 def flashinfer_backends() -> list[Backend]:

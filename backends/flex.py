@@ -14,7 +14,7 @@ import torch
 from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
-from ._convert import key_offset
+from ._convert import key_offset, position_rule
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
 FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.ALIBI, Feature.SOFT_CAP,
@@ -79,7 +79,7 @@ class FlexBackend(Backend):
         dev = inputs.query.device
         meta = _packed_metadata(inputs, dev)
         q_seq, q_pos, k_seq, k_pos = meta["q_seq"], meta["q_pos"], meta["k_seq"], meta["k_pos"]
-        rule = _position_rule(case, dev)
+        rule = position_rule(case, dev)
 
         def mask_mod(b, h, qi, ki):
             return (q_seq[qi] == k_seq[ki]) & rule(h, q_pos[qi], k_pos[ki])
@@ -105,40 +105,6 @@ class FlexBackend(Backend):
             return Actual(output=result[0].transpose(0, 1))
         out, lse = result
         return Actual(output=out[0].transpose(0, 1), lse=lse[0].transpose(0, 1).float())
-
-
-def _position_rule(case, dev):
-    """rule(h, q_pos, k_pos) -> bool: the Case's causal / window / chunk / block-sparse rules, in
-    logical positions (the library's terms, written apart from reference/visibility.py)."""
-    causal = case.is_causal
-    window = case.sliding_window
-    symmetric_window = case.attn_type == AttentionType.ENCODER_ONLY
-    pair = case.window if case.attn_type == AttentionType.KERNEL else None
-    chunk = case.attn_chunk_size
-    sparse = case.block_sparse
-    if sparse is not None:
-        from reference.block_sparse import head_offset  # vLLM's derived per-head offsets (data, not a mask)
-        offsets = torch.tensor([head_offset(sparse, h, case.num_heads, case.num_kv_heads)
-                                for h in range(case.num_heads)], device=dev)
-
-    def rule(h, qp, kp):
-        ok = torch.ones_like(qp, dtype=torch.bool) if not causal else kp <= qp
-        if window is not None:
-            ok = ok & (qp - kp < window)
-            ok = ok & ((kp - qp < window) if symmetric_window else (kp <= qp))
-        if pair is not None:
-            if pair[0] is not None:
-                ok = ok & (qp - kp <= pair[0])
-            if pair[1] is not None:
-                ok = ok & (kp - qp <= pair[1])
-        if chunk is not None:
-            ok = ok & (qp // chunk == kp // chunk)
-        if sparse is not None:
-            qb, kb = qp // sparse.block_size, kp // sparse.block_size
-            ok = ok & (((qb - kb) < sparse.local_blocks) | ((kb + offsets[h]) % sparse.vert_stride == 0))
-        return ok
-
-    return rule
 
 
 def _score_fn(inputs: Inputs, dev):
@@ -213,7 +179,7 @@ class FlexPagedBackend(FlexBackend):
         q_len = torch.tensor(case.query_lens, device=dev)
         kv_len = inputs.seq_lens.to(device=dev, dtype=torch.int64)
         offset = torch.tensor([key_offset(case, b) for b in range(batch)], device=dev)
-        rule, score_fn = _position_rule(case, dev), _score_fn(inputs, dev)
+        rule, score_fn = position_rule(case, dev), _score_fn(inputs, dev)
 
         def mask_mod(b, h, qi, ki):
             return (qi < q_len[b]) & (ki < kv_len[b]) & rule(h, qi + offset[b], ki)

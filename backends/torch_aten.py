@@ -14,7 +14,7 @@ import torch
 from reference.case import AttentionType, DType
 from reference.inputs import Inputs
 
-from ._convert import cu_seqlens
+from ._convert import cu_seqlens, tokens_first_lse, unpack_varlen_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
 VARLEN_CAPS = Capabilities(
@@ -36,9 +36,6 @@ class AtenVarlen(Backend):
         # Found by fuzzing on the H200: rows with no key get LSE +inf (flash) or 0 (efficient), not -inf.
         # Declared (each kernel's own convention); both are unsafe inputs to an LSE merge that expects -inf.
         self.caps = replace(VARLEN_CAPS, empty_row_lse=math.inf if "flash" in op_name else 0.0)
-
-    def device(self) -> str:
-        return "cuda"
 
     def _op(self):
         return getattr(torch.ops.aten, self.op_name)
@@ -77,16 +74,6 @@ class AtenVarlen(Backend):
         return Actual(output=out[0], lse=unpack_varlen_lse(lse, case.query_lens), notes={"lse_shape": list(lse.shape)})
 
 
-def unpack_varlen_lse(lse: torch.Tensor, query_lens: list[int]) -> torch.Tensor:
-    """[tokens, H] from a varlen LSE that is either per sequence [B, H, >= max_q] (rows padded) or
-    packed [1, H, >= total_q]; with one sequence the two coincide."""
-    lse = lse.float()
-    batch = len(query_lens)
-    if batch > 1 and lse.shape[0] == batch:
-        return torch.cat([lse[i, :, :n].transpose(0, 1) for i, n in enumerate(query_lens)])
-    return lse[0, :, : sum(query_lens)].transpose(0, 1)
-
-
 def aten_backends() -> list[Backend]:
     return [AtenVarlen("aten-flash-varlen", "_flash_attention_forward"),
             AtenVarlen("aten-efficient-varlen", "_efficient_attention_forward"), TorchVarlen()]
@@ -106,9 +93,6 @@ class TorchVarlen(Backend):
                         head_sizes=(32, 64, 96, 128, 256), attn_types=frozenset(AttentionType),
                         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT,
                                             Feature.MORE_QUERIES_THAN_KEYS}), lse_base=LseBase.E)
-
-    def device(self) -> str:
-        return "cuda"
 
     def availability(self) -> str | None:
         try:
@@ -131,7 +115,5 @@ class TorchVarlen(Backend):
                                max(case.max_query_len, 1), max(case.max_kv_len, 1),
                                return_aux=AuxRequest(lse=True), scale=case.softmax_scale, window_size=window,
                                enable_gqa=case.num_heads != case.num_kv_heads)
-        lse = lse.float()
-        if lse.shape == (case.num_heads, case.num_tokens):
-            lse = lse.transpose(0, 1)
-        return Actual(output=out, lse=lse, notes={"lse_shape": list(lse.shape)})
+        return Actual(output=out, lse=tokens_first_lse(lse, case.num_tokens, case.num_heads),
+                      notes={"lse_shape": list(lse.shape)})

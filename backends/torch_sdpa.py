@@ -53,13 +53,6 @@ class SdpaBackend(Backend):
             return "no CUDA device"
         return None
 
-    def not_supported_reasons(self, case) -> list[str]:
-        reasons = super().not_supported_reasons(case)
-        if self.kernel in ("FLASH_ATTENTION", "CUDNN_ATTENTION") and case.attn_type == AttentionType.DECODER and any(
-                s.context_len for s in case.sequences):
-            reasons.append("decoder with context needs a bottom-right causal mask; this kernel takes no mask")
-        return reasons
-
     def run(self, inputs: Inputs) -> Actual:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -14,7 +14,6 @@ the backend description); with a matching build it is never needed.
 """
 from __future__ import annotations
 
-
 import os
 
 import torch
@@ -22,8 +21,8 @@ import torch
 from reference.case import AttentionType, DType, KVLayout
 from reference.inputs import Inputs
 
+from ._convert import unpack_varlen_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
-from .torch_aten import unpack_varlen_lse
 
 FORCE_ENV = "ATTNREF_XFORMERS_FORCE_CUDA_FLAG"
 OPS = {"xformers-cutlass": ("cutlass", "FwOp"), "xformers-fa2": ("flash", "FwOp"),
@@ -64,9 +63,6 @@ class XformersOp(Backend):
                                      head_sizes=(32, 64, 96, 128, 256), features=frozenset(features),
                                      attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER}),
                                      lse_base=LseBase.E)
-
-    def device(self) -> str:
-        return "cuda"
 
     def _op(self):
         module, attr = OPS[self.name]
