@@ -66,6 +66,8 @@ class Capabilities:
     max_kv_len: int | None = None
     max_head_group: int | None = None  # largest num_heads // num_kv_heads
     head_groups: frozenset[int] | None = None  # the num_heads // num_kv_heads a kernel dispatches (None: any)
+    max_kv_heads: int | None = None  # 1 for MLA kernels: one latent head shared by every query head
+    head_size_pairs: tuple[tuple[int, int], ...] | None = None  # (head_size, value_size) when the two are tied (MLA)
     causal_alignments: frozenset[CausalAlignment] = frozenset({CausalAlignment.BOTTOM_RIGHT})  # kernel cases
     causal_modes: frozenset[bool] = frozenset({False, True})  # kernel cases: causal flags the API takes
     lse_base: LseBase | None = LseBase.E  # None: the kernel returns no LSE
@@ -104,6 +106,11 @@ class Capabilities:
         if case.alibi is not None and case.alibi.convention not in self.alibi_conventions:
             out.append(f"alibi.convention={case.alibi.convention.value} (declared: "
                        f"{sorted(c.value for c in self.alibi_conventions)})")
+        if self.head_size_pairs is not None and (case.head_size, case.value_size) not in self.head_size_pairs:
+            out.append(f"(head_size, value_size)=({case.head_size}, {case.value_size}) (declared: "
+                       f"{list(self.head_size_pairs)})")
+        if self.max_kv_heads is not None and case.num_kv_heads > self.max_kv_heads:
+            out.append(f"num_kv_heads={case.num_kv_heads} > {self.max_kv_heads}")
         group = case.num_heads // case.num_kv_heads
         if self.max_head_group is not None and group > self.max_head_group:
             out.append(f"num_heads/num_kv_heads={group} > {self.max_head_group}")

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from reference.case import AttentionType, DType, KVCacheDType, KVLayout
+from reference.case import AttentionType, BlockTableKind, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
 from ._convert import first_call_note, lse_natural
@@ -108,6 +108,127 @@ class FlashInfer(Backend):
         return Actual(output=out, lse=lse_natural(lse, base_two=True), notes=first_call_note(_SEEN, key, t0))
 
 
+def _pages(inputs: Inputs, i: int, first: int) -> tuple[torch.Tensor, int]:
+    """Sequence i's pages from logical block `first` on, and how many slots its last page uses."""
+    bs = inputs.case.cache.block_size
+    n = inputs.case.kv_lens[i] - first * bs
+    count = -(-n // bs)
+    return inputs.block_table[i, first:first + count], (n - (count - 1) * bs if count else 0)
+
+
+def _csr(page_lists: list[torch.Tensor], last: list[int], dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    indptr = torch.tensor([0] + [p.numel() for p in page_lists], device=dev).cumsum(0).to(torch.int32)
+    indices = torch.cat(page_lists).to(torch.int32) if page_lists else torch.zeros(0, dtype=torch.int32, device=dev)
+    return indptr, indices, torch.tensor(last, dtype=torch.int32, device=dev)
+
+
+class FlashInferCascade(Backend):
+    """flashinfer.MultiLevelCascadeAttentionWrapper, two levels: every query of the batch attends the
+    shared prefix pages (level 0, one request, non-causal), each sequence its own pages after them
+    (level 1, causal); FlashInfer merges the two states with merge_state_in_place. Cases come with a
+    `shared_prefix` block table. The wrapper applies window_left and sinks to every level, which is
+    wrong for a shared prefix: neither is declared."""
+
+    name = "flashinfer-cascade"
+    library = "flashinfer"
+    description = "flashinfer.MultiLevelCascadeAttentionWrapper(2 levels): shared prefix + per-sequence suffix, merge_state"
+    caps = Capabilities(
+        devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}), head_sizes=(64, 128),
+        attn_types=frozenset({AttentionType.DECODER}),
+        features=frozenset({Feature.GQA, Feature.MQA, Feature.SOFT_CAP, Feature.CONTEXT, Feature.EMPTY_QUERY}),
+        kv_layouts=frozenset(LAYOUT), block_sizes=(1, 8, 16, 32), block_tables=frozenset({BlockTableKind.SHARED_PREFIX}),
+        lse_base=None, requires_cache=True, reads_paged_cache=True)
+
+    def availability(self) -> str | None:
+        return cuda_library_reason("flashinfer", "flashinfer-python")
+
+    def run(self, inputs: Inputs) -> Actual:
+        import flashinfer
+
+        case = inputs.case
+        dev = inputs.query.device
+        bs, shared = case.cache.block_size, case.cache.prefix_blocks
+        prefix = [inputs.block_table[0, :shared]]
+        suffix = [_pages(inputs, i, shared) for i in range(len(case.sequences))]
+        levels = [_csr(prefix, [bs], dev), _csr([p for p, _ in suffix], [n for _, n in suffix], dev)]
+        qo = [torch.tensor([0, case.num_tokens], dtype=torch.int32, device=dev), inputs.query_start_loc.to(torch.int32)]
+        wrapper = flashinfer.MultiLevelCascadeAttentionWrapper(2, _workspace(dev), LAYOUT[case.cache.layout])
+        t0 = time.perf_counter()
+        wrapper.plan(qo, [x[0] for x in levels], [x[1] for x in levels], [x[2] for x in levels], case.num_heads,
+                     case.num_kv_heads, case.head_size, bs, causal=True, sm_scale=case.softmax_scale,
+                     logits_soft_cap=case.soft_cap, q_data_type=case.dtype.torch, kv_data_type=case.dtype.torch)
+        out = wrapper.run(inputs.query, paged_kv(inputs))
+        key = (self.name, case.dtype, case.head_size, case.soft_cap is not None, case.num_heads // case.num_kv_heads)
+        return Actual(output=out, notes=first_call_note(_SEEN, key, t0))
+
+
+class FlashInferMLA(Backend):
+    """flashinfer.mla.BatchMLAPagedAttentionWrapper (absorbed MLA) on the `mla_latent` cache.
+
+    The cache [num_blocks, block_size, kv_lora_rank + rope_dim] and the query [tokens, heads,
+    kv_lora_rank + rope_dim] go in packed (the wrapper's "packed" layouts); the value is the latent
+    prefix, so head_size = kv_lora_rank + rope_dim and value_size = kv_lora_rank. fp8 e4m3 caches
+    use scale_mode "kv-per-tensor" with one scale for latent and rope parts. LSE requested base 2.
+    """
+
+    library = "flashinfer"
+
+    def __init__(self, name: str, option: str) -> None:
+        self.name, self.option = name, option
+        self.description = f"flashinfer.mla.BatchMLAPagedAttentionWrapper(backend='{option}'), packed latent cache"
+        # FlashInfer's own checks: latent width a multiple of 128 (fa3: 128, 256 or 512), rope width a
+        # multiple of 64 (or 0); fp8 only with bf16 queries and 512 + 64.
+        pairs = ((576, 512), (320, 256), (192, 128), (256, 256)) if option == "fa3" else (
+            (576, 512), (320, 256), (192, 128), (384, 384), (256, 256))
+        self.caps = Capabilities(
+            devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
+            head_sizes=tuple(sorted({p[0] for p in pairs})), head_size_pairs=pairs, max_kv_heads=1,
+            attn_types=frozenset({AttentionType.DECODER}),
+            features=frozenset({Feature.MQA, Feature.CONTEXT, Feature.HEAD_SIZE_V}),
+            kv_layouts=frozenset({KVLayout.MLA_LATENT}), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}),
+            block_sizes=(1, 16, 32, 64), lse_base=LseBase.TWO, requires_cache=True, reads_paged_cache=True)
+
+    def availability(self) -> str | None:
+        reason = cuda_library_reason("flashinfer.mla", "flashinfer-python")
+        if reason is None and not hasattr(__import__("flashinfer.mla").mla, "MLAPlanMetadata"):
+            return "this flashinfer has no flashinfer.mla.MLAPlanMetadata (planned MLA API)"
+        return reason
+
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        if case.kv_cache_dtype == KVCacheDType.FP8_E4M3 and (case.dtype != DType.BFLOAT16 or case.value_size != 512
+                                                             or case.head_size != 576):
+            reasons.append("fp8 MLA: FlashInfer takes it only with bfloat16 queries, latent 512 and rope 64")
+        return reasons
+
+    def run(self, inputs: Inputs) -> Actual:
+        from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
+
+        case = inputs.case
+        dev = inputs.query.device
+        rank, rope = case.value_size, case.head_size - case.value_size
+        pages = [_pages(inputs, i, 0)[0] for i in range(len(case.sequences))]
+        indptr, indices, _ = _csr(pages, [0] * len(pages), dev)
+        meta = MLAPlanMetadata.csr(qo_indptr=inputs.query_start_loc.to(torch.int32), kv_indptr=indptr,
+                                   kv_indices=indices, kv_len_arr=inputs.seq_lens.to(dev, torch.int32))
+        fp8 = case.kv_cache_dtype == KVCacheDType.FP8_E4M3
+        pool = inputs.cache.paged.tensors[0]
+        wrapper = BatchMLAPagedAttentionWrapper(_workspace(dev), backend=self.option)
+        t0 = time.perf_counter()
+        wrapper.plan(metadata=meta, num_heads=case.num_heads, head_dim_ckv=rank, head_dim_kpe=rope,
+                     page_size=case.cache.block_size, causal=True, sm_scale=case.softmax_scale,
+                     q_data_type=case.dtype.torch, kv_data_type=pool.dtype, lse_mode="base2",
+                     scale_mode="kv-per-tensor" if fp8 else "default")
+        scales = {}
+        if fp8:
+            s = float(inputs.cache.k_scale[0])
+            scales = dict(ckv_scale=s, kpe_scale=s)
+        out, lse = wrapper.run(query=inputs.query, kv_cache=pool, return_lse=True, **scales)
+        key = (self.name, case.dtype, case.head_size, case.value_size, fp8, case.num_heads)
+        return Actual(output=out, lse=lse_natural(lse, base_two=True), notes=first_call_note(_SEEN, key, t0))
+
+
 def flashinfer_backends() -> list[Backend]:
     return [FlashInfer("flashinfer-decode", "decode", "cuda-core"), FlashInfer("flashinfer-decode-tc", "decode", "tc"),
-            FlashInfer("flashinfer-prefill-fa2", "prefill", "fa2"), FlashInfer("flashinfer-prefill-fa3", "prefill", "fa3")]
+            FlashInfer("flashinfer-prefill-fa2", "prefill", "fa2"), FlashInfer("flashinfer-prefill-fa3", "prefill", "fa3"),
+            FlashInferCascade(), FlashInferMLA("flashinfer-mla-fa2", "fa2"), FlashInferMLA("flashinfer-mla-fa3", "fa3")]

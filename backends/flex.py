@@ -8,6 +8,7 @@ per case. `flex` runs eagerly; `flex-compiled` goes through torch.compile (induc
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import torch
 
@@ -38,10 +39,11 @@ def _packed_metadata(inputs: Inputs, device) -> dict[str, torch.Tensor]:
 class FlexBackend(Backend):
     library = "torch"
 
-    def __init__(self, name: str, compiled: bool, device: str) -> None:
-        self.name, self.compiled, self._device = name, compiled, device
+    def __init__(self, name: str, compiled: bool, device: str, kernel: str | None = None) -> None:
+        self.name, self.compiled, self._device, self.kernel = name, compiled, device, kernel
         self.description = ("flex_attention " + ("through torch.compile" if compiled else "eager") +
-                            ", one packed call, document mask_mod, ALiBi/soft-cap score_mod")
+                            ", one packed call, document mask_mod, ALiBi/soft-cap score_mod" +
+                            (f", kernel_options BACKEND={kernel!r}" if kernel else ""))
         # Found by the convention probes: inductor's CPU flex_attention lowering refuses return_lse
         # ("torch.compile on CPU only supports inference and `return_lse` is not supported yet").
         self.returns_lse = not (compiled and device == "cpu")
@@ -61,6 +63,8 @@ class FlexBackend(Backend):
             from torch.nn.attention import flex_attention  # noqa: F401
         except ImportError as e:
             return f"torch.nn.attention.flex_attention missing: {e}"
+        if self.kernel is not None:
+            return _kernel_backend_reason(self.kernel)
         return None
 
     def _function(self):
@@ -71,6 +75,9 @@ class FlexBackend(Backend):
         if "fn" not in _COMPILED:
             _COMPILED["fn"] = torch.compile(flex_attention, dynamic=True)
         return _COMPILED["fn"]
+
+    def _options(self) -> dict:
+        return {"kernel_options": {"BACKEND": self.kernel}} if self.kernel else {}
 
     def run(self, inputs: Inputs) -> Actual:
         from torch.nn.attention.flex_attention import create_block_mask
@@ -84,7 +91,7 @@ class FlexBackend(Backend):
         def mask_mod(b, h, qi, ki):
             return (q_seq[qi] == k_seq[ki]) & rule(h, q_pos[qi], k_pos[ki])
 
-        score_fn = _score_fn(inputs, dev)
+        score_fn = _score_fn(inputs, dev, tensor_scalars=self.kernel == "FLASH")
 
         def score_mod(score, b, h, qi, ki):
             return score_fn(score, h, q_pos[qi], k_pos[ki])
@@ -100,18 +107,24 @@ class FlexBackend(Backend):
             block_mask = create_block_mask(mask_mod, None, None, n_q, n_k, device=dev)
             result = self._function()(q, k, v, score_mod=score_mod if (cap or slopes is not None) else None,
                                       block_mask=block_mask, scale=case.softmax_scale,
-                                      enable_gqa=case.num_heads != case.num_kv_heads, return_lse=self.returns_lse)
+                                      enable_gqa=case.num_heads != case.num_kv_heads, return_lse=self.returns_lse,
+                                      **self._options())
         if not self.returns_lse:
             return Actual(output=result[0].transpose(0, 1))
         out, lse = result
         return Actual(output=out[0].transpose(0, 1), lse=lse[0].transpose(0, 1).float())
 
 
-def _score_fn(inputs: Inputs, dev):
-    """score(score, h, q_pos, k_pos): soft-cap then ALiBi in the Case's convention."""
+def _score_fn(inputs: Inputs, dev, tensor_scalars: bool = False):
+    """score(score, h, q_pos, k_pos): soft-cap then ALiBi in the Case's convention.
+
+    tensor_scalars: capture the soft-cap as a device tensor (the FLASH kernel backend cannot inline
+    a captured Python float, which dynamic compilation turns into a symbol)."""
     case = inputs.case
     slopes = None if inputs.alibi_slopes is None else inputs.alibi_slopes.to(dev)
     cap = case.soft_cap
+    if cap is not None and tensor_scalars:
+        cap = torch.tensor(cap, dtype=torch.float32, device=dev)
     symmetric_alibi = case.alibi is not None and case.alibi.convention == AlibiConvention.SYMMETRIC
 
     def score_fn(score, h, qp, kp):
@@ -202,8 +215,35 @@ class FlexPagedBackend(FlexBackend):
         return Actual(output=torch.cat(rows), lse=torch.cat(lses).float())
 
 
+def _kernel_backend_reason(kernel: str) -> str | None:
+    """Why flex_attention's kernel_options BACKEND=kernel cannot run here, or None."""
+    import importlib.util
+    import typing
+
+    from torch.nn.attention import flex_attention as fa
+
+    known = typing.get_args(getattr(fa, "_Backend", None)) or ()
+    if kernel not in known:
+        return f"torch {torch.__version__}'s flex_attention has no kernel BACKEND {kernel!r} (has: {list(known)})"
+    if kernel == "FLASH" and importlib.util.find_spec("flash_attn") is None:
+        return "BACKEND='FLASH' needs flash-attn-4 (flash_attn.cute), which is not installed"
+    if kernel == "FLASH" and importlib.util.find_spec("flash_attn.cute") is None:
+        return "BACKEND='FLASH' needs flash_attn.cute (flash-attn-4); the installed flash_attn has none"
+    return None
+
+
+class FlexFlashBackend(FlexBackend):
+    """flex_attention compiled with kernel_options={"BACKEND": "FLASH"}: inductor renders the mask and
+    score mods into FlashAttention-4's CuTe-DSL kernel instead of its Triton template."""
+
+    def __init__(self) -> None:
+        super().__init__("flex-flash-cuda", True, "cuda", kernel="FLASH")
+        self.caps = replace(self.caps, dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
+                            head_sizes=(64, 96, 128, 256))
+
+
 def flex_backends() -> list[Backend]:
     return [FlexBackend("flex", False, "cpu"), FlexBackend("flex-compiled", True, "cpu"),
             FlexBackend("flex-cuda", False, "cuda"), FlexBackend("flex-compiled-cuda", True, "cuda"),
             FlexPagedBackend("flex-paged", False, "cpu"), FlexPagedBackend("flex-paged-cuda", False, "cuda"),
-            FlexPagedBackend("flex-paged-compiled-cuda", True, "cuda")]
+            FlexPagedBackend("flex-paged-compiled-cuda", True, "cuda"), FlexFlashBackend()]

@@ -1,8 +1,10 @@
-"""The packed varlen kernels under torch.ops.aten (CUDA): flash and memory-efficient.
+"""The varlen kernels under torch.ops.aten (CUDA): flash, memory-efficient and cuDNN, and the public
+`torch.nn.attention.varlen` entry point.
 
-Sequences are packed with cumulative offsets (cu_seqlens); optional arguments (window sizes,
-seqused_k, ALiBi) are passed only where the installed op's schema has them, read at run time.
-Keys come contiguous (the adapter concatenates each sequence's keys: no paging exercised).
+Sequences are packed with cumulative offsets (cu_seqlens). The optional arguments of the flash op
+(window sizes, ALiBi slopes, block_table / seqused_k for a paged cache) are declared only where the
+installed op's schema has them, read when the backend is built: a torch without them gets a
+narrower declaration, never a TypeError mid-campaign.
 """
 from __future__ import annotations
 
@@ -11,31 +13,54 @@ from dataclasses import replace
 
 import torch
 
-from reference.case import AttentionType, DType
+from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVLayout
 from reference.inputs import Inputs
 
 from ._convert import cu_seqlens, tokens_first_lse, unpack_varlen_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
+HEAD_SIZES = (32, 64, 96, 128, 256)
 VARLEN_CAPS = Capabilities(
     devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
-    head_sizes=(32, 64, 96, 128, 256), attn_types=frozenset(AttentionType),
+    head_sizes=HEAD_SIZES, attn_types=frozenset(AttentionType),
     features=frozenset({Feature.GQA, Feature.MQA, Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS}), lse_base=LseBase.E)
 
 
-def _schema_args(op) -> set[str]:
-    return {a.name for a in op.default._schema.arguments}
+def _schema_args(op_name: str) -> set[str]:
+    """Argument names of torch.ops.aten.<op_name>.default ({} when the op is missing)."""
+    op = getattr(torch.ops.aten, op_name, None)
+    return {a.name for a in op.default._schema.arguments} if op is not None else set()
+
+
+def _window_args(case) -> dict:
+    """flash-attn's (left, right) window with -1 unbounded; a causal call bounds the right side at 0."""
+    left, right = case.window_bounds
+    if case.is_causal:
+        right = 0 if right is None else min(right, 0)
+    return dict(window_size_left=-1 if left is None else left, window_size_right=-1 if right is None else right)
 
 
 class AtenVarlen(Backend):
+    """aten._flash_attention_forward / _efficient_attention_forward over packed sequences."""
+
     library = "torch"
 
     def __init__(self, name: str, op_name: str) -> None:
         self.name, self.op_name = name, op_name
+        self.flash = "flash" in op_name
+        self.args = _schema_args(op_name)
         self.description = f"torch.ops.aten.{op_name} over packed sequences (cu_seqlens), LSE returned"
+        features = set(VARLEN_CAPS.features)
+        if self.flash and "window_size_left" in self.args:
+            features.add(Feature.WINDOW)
+        if self.flash and "alibi_slopes" in self.args:
+            features.add(Feature.ALIBI)
         # Found by fuzzing on the H200: rows with no key get LSE +inf (flash) or 0 (efficient), not -inf.
         # Declared (each kernel's own convention); both are unsafe inputs to an LSE merge that expects -inf.
-        self.caps = replace(VARLEN_CAPS, empty_row_lse=math.inf if "flash" in op_name else 0.0)
+        # flash-attn's ALiBi is -slope * |distance| (the symmetric convention; under a causal mask the
+        # two conventions coincide).
+        self.caps = replace(VARLEN_CAPS, features=frozenset(features), empty_row_lse=math.inf if self.flash else 0.0,
+                            alibi_conventions=frozenset({AlibiConvention.SYMMETRIC}))
 
     def _op(self):
         return getattr(torch.ops.aten, self.op_name)
@@ -43,15 +68,15 @@ class AtenVarlen(Backend):
     def availability(self) -> str | None:
         if not torch.cuda.is_available():
             return "no CUDA device"
-        if not hasattr(torch.ops.aten, self.op_name):
+        if not self.args:
             return f"torch {torch.__version__} has no aten.{self.op_name}"
         return None
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
-        args = _schema_args(self._op()) if hasattr(torch.ops.aten, self.op_name) else set()
-        if case.sliding_window is not None and not ({"window_size_left", "window_size"} & args):
-            reasons.append("this torch's op takes no window argument")
+        if case.alibi is not None and case.attn_type == AttentionType.ENCODER_DECODER:
+            reasons.append("ALiBi in cross attention: flash-attn puts query i at i + key_len - query_len "
+                           "(bottom-right), the Case's encoder_decoder type at i")
         return reasons
 
     def run(self, inputs: Inputs) -> Actual:
@@ -61,9 +86,12 @@ class AtenVarlen(Backend):
         k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
         cu_q, cu_k = cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev)
         causal = case.is_causal  # both kernels align causal masks bottom-right
-        if self.op_name == "_flash_attention_forward":
+        if self.flash:
+            extra = _window_args(case) if "window_size_left" in self.args else {}
+            if inputs.alibi_slopes is not None:
+                extra["alibi_slopes"] = inputs.alibi_slopes.float().to(dev)
             out, lse = self._op()(q, k, v, cu_q, cu_k, case.max_query_len, case.max_kv_len, 0.0, causal, False,
-                                  scale=case.softmax_scale)[:2]
+                                  scale=case.softmax_scale, **extra)[:2]
             # Packed varlen flash returns LSE [H, total_q].
             return Actual(output=out, lse=lse.float().transpose(0, 1)[: case.num_tokens])
         group = case.num_heads // case.num_kv_heads
@@ -74,9 +102,103 @@ class AtenVarlen(Backend):
         return Actual(output=out[0], lse=unpack_varlen_lse(lse, case.query_lens), notes={"lse_shape": list(lse.shape)})
 
 
+class AtenFlashPaged(AtenVarlen):
+    """aten._flash_attention_forward reading the paged cache: `block_table` + `seqused_k` over the
+    flash_nhd key / value views [num_blocks, block_size, H_kv, D] (no gather, no copy)."""
+
+    def __init__(self) -> None:
+        super().__init__("aten-flash-paged", "_flash_attention_forward")
+        self.name = "aten-flash-paged"
+        self.description = "torch.ops.aten._flash_attention_forward with block_table + seqused_k (paged KV)"
+        self.caps = replace(self.caps, attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+                            kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 256), requires_cache=True,
+                            reads_paged_cache=True, features=self.caps.features | {Feature.LAYERED_CACHE})
+
+    def availability(self) -> str | None:
+        reason = super().availability()
+        if reason is None and not {"block_table", "seqused_k"} <= self.args:
+            return f"torch {torch.__version__}'s aten._flash_attention_forward takes no block_table / seqused_k"
+        return reason
+
+    def run(self, inputs: Inputs) -> Actual:
+        case = inputs.case
+        dev = inputs.query.device
+        pool = inputs.cache.paged
+        extra = _window_args(case)
+        if inputs.alibi_slopes is not None:
+            extra["alibi_slopes"] = inputs.alibi_slopes.float().to(dev)
+        out, lse = self._op()(inputs.query, pool.key_view(), pool.value_view(), cu_seqlens(case.query_lens, dev),
+                              cu_seqlens(case.kv_lens, dev), case.max_query_len, case.max_kv_len, 0.0, case.is_causal,
+                              False, scale=case.softmax_scale, seqused_k=inputs.seq_lens.to(dev, torch.int32),
+                              block_table=inputs.block_table.to(torch.int32), **extra)[:2]
+        return Actual(output=out, lse=tokens_first_lse(lse, case.num_tokens, case.num_heads)[: case.num_tokens],
+                      notes={"lse_shape": list(lse.shape)})
+
+
+CUDNN_CAPS = Capabilities(
+    devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
+    head_sizes=(32, 64, 96, 128, 192, 256),
+    attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER, AttentionType.ENCODER_ONLY,
+                          AttentionType.ENCODER_DECODER, AttentionType.KERNEL}),
+    # cuDNN's causal mask is aligned top-left: a decoder's cached context would need bottom-right.
+    features=frozenset({Feature.GQA, Feature.MQA, Feature.MORE_QUERIES_THAN_KEYS}),
+    causal_alignments=frozenset({CausalAlignment.TOP_LEFT}), lse_base=LseBase.E)
+
+
+class AtenCudnn(Backend):
+    """cuDNN's fused attention through aten: `_cudnn_attention_forward` with cu_seqlens (packed THD
+    varlen), or `_scaled_dot_product_cudnn_attention` per sequence ([1, H, S, D], dense). Both
+    return the LSE (compute_log_sumexp=True)."""
+
+    library = "torch"
+
+    def __init__(self, name: str, varlen: bool) -> None:
+        self.name, self.varlen = name, varlen
+        self.op_name = "_cudnn_attention_forward" if varlen else "_scaled_dot_product_cudnn_attention"
+        self.description = f"torch.ops.aten.{self.op_name}" + (
+            " over packed sequences (cum_seq_q / cum_seq_k)" if varlen else " per sequence, LSE returned")
+        self.caps = CUDNN_CAPS
+
+    def availability(self) -> str | None:
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        if not hasattr(torch.ops.aten, self.op_name):
+            return f"torch {torch.__version__} has no aten.{self.op_name}"
+        if not torch.backends.cudnn.is_available():
+            return "cuDNN is not available in this torch build"
+        return None
+
+    def run(self, inputs: Inputs) -> Actual:
+        case = inputs.case
+        dev = inputs.query.device
+        op = getattr(torch.ops.aten, self.op_name)
+        if self.varlen:
+            k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
+            out, lse = op(inputs.query, k, v, None, cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev),
+                          max(case.max_query_len, 1), max(case.max_kv_len, 1), True, 0.0, case.is_causal, False,
+                          scale=case.softmax_scale)[:2]
+            lse = lse.reshape(lse.shape[0], -1) if lse.dim() == 3 and lse.shape[-1] == 1 else lse
+            return Actual(output=out[: case.num_tokens], lse=tokens_first_lse(lse, case.num_tokens, case.num_heads),
+                          notes={"lse_shape": list(lse.shape)})
+        group = case.num_heads // case.num_kv_heads
+        outs, lses = [], []
+        for i in range(len(case.sequences)):
+            a, b = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
+            if a == b:
+                continue
+            q = inputs.query[a:b].transpose(0, 1)[None]
+            k = inputs.keys[i].repeat_interleave(group, 1).transpose(0, 1)[None]
+            v = inputs.values[i].repeat_interleave(group, 1).transpose(0, 1)[None]
+            out, lse = op(q, k, v, None, True, 0.0, case.is_causal, False, scale=case.softmax_scale)[:2]
+            outs.append(out[0].transpose(0, 1))
+            lses.append(lse.reshape(case.num_heads, b - a).transpose(0, 1))
+        return Actual(output=torch.cat(outs), lse=torch.cat(lses).float())
+
+
 def aten_backends() -> list[Backend]:
-    return [AtenVarlen("aten-flash-varlen", "_flash_attention_forward"),
-            AtenVarlen("aten-efficient-varlen", "_efficient_attention_forward"), TorchVarlen()]
+    return [AtenVarlen("aten-flash-varlen", "_flash_attention_forward"), AtenFlashPaged(),
+            AtenVarlen("aten-efficient-varlen", "_efficient_attention_forward"),
+            AtenCudnn("aten-cudnn-varlen", varlen=True), AtenCudnn("aten-cudnn", varlen=False), TorchVarlen()]
 
 
 class TorchVarlen(Backend):
@@ -90,7 +212,7 @@ class TorchVarlen(Backend):
     library = "torch"
     description = "torch.nn.attention.varlen.varlen_attn over packed sequences, window-expressed causality"
     caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
-                        head_sizes=(32, 64, 96, 128, 256), attn_types=frozenset(AttentionType),
+                        head_sizes=HEAD_SIZES, attn_types=frozenset(AttentionType),
                         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT,
                                             Feature.MORE_QUERIES_THAN_KEYS}), lse_base=LseBase.E)
 
@@ -106,14 +228,12 @@ class TorchVarlen(Backend):
 
         case = inputs.case
         dev = inputs.query.device
-        left, right = case.window_bounds
-        if case.is_causal:
-            right = 0 if right is None else min(right, 0)
-        window = (-1 if left is None else left, -1 if right is None else right)
+        w = _window_args(case)
         out, lse = varlen_attn(inputs.query, torch.cat(inputs.keys), torch.cat(inputs.values),
                                cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev),
                                max(case.max_query_len, 1), max(case.max_kv_len, 1),
-                               return_aux=AuxRequest(lse=True), scale=case.softmax_scale, window_size=window,
+                               return_aux=AuxRequest(lse=True), scale=case.softmax_scale,
+                               window_size=(w["window_size_left"], w["window_size_right"]),
                                enable_gqa=case.num_heads != case.num_kv_heads)
         return Actual(output=out, lse=tokens_first_lse(lse, case.num_tokens, case.num_heads),
                       notes={"lse_shape": list(lse.shape)})

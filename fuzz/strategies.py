@@ -121,15 +121,29 @@ def _edge_length(max_len: int, block_size: int | None, query_len: int) -> st.Sea
 @st.composite
 def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
     """(num_heads, num_kv_heads) with odd GQA ratios and MQA where declared."""
+    kv = draw(st.integers(1, min(limits.max_kv_heads, caps.max_kv_heads or limits.max_kv_heads)))
     ratios = [1]
-    if _has(caps, Feature.GQA):
+    # one kv head shared by several query heads is MQA; several kv heads, GQA
+    if _has(caps, Feature.MQA) if kv == 1 else _has(caps, Feature.GQA):
         ratios += [r for r in GQA_RATIOS[1:] if (caps.max_head_group is None or r <= caps.max_head_group)
                    and (caps.head_groups is None or r in caps.head_groups)]
-    kv = draw(st.integers(1, limits.max_kv_heads))
-    if kv == 1 and not _has(caps, Feature.MQA):
-        ratios = [1]  # one kv head shared by several query heads is MQA
     ratio = draw(st.sampled_from(ratios))
     return kv * ratio, kv
+
+
+@st.composite
+def shared_prefix(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...], cache: CacheSpec
+                  ) -> tuple[tuple[SequenceSpec, ...], CacheSpec]:
+    """Sometimes (always, when it is the only declared table) a block table whose first blocks are
+    the same physical blocks in every sequence (cascade kernels); contexts are lifted to cover them."""
+    only = caps.block_tables == frozenset({BlockTableKind.SHARED_PREFIX})
+    if not only and not draw(st.integers(0, 3)) == 0:
+        return sequences, cache
+    bs = cache.block_size
+    room = min(s.context_len for s in sequences) // bs
+    blocks = draw(st.integers(1, max(room, 1)))
+    lifted = tuple(replace(s, context_len=max(s.context_len, blocks * bs)) for s in sequences)
+    return lifted, replace(cache, table=BlockTableKind.SHARED_PREFIX, prefix_blocks=blocks)
 
 
 @st.composite
@@ -151,7 +165,7 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
         layouts = [KVLayout.FLASH_NHD] if KVLayout.FLASH_NHD in caps.kv_layouts else sorted(caps.kv_layouts, key=lambda x: x.value)[:1]
     layout = draw(st.sampled_from(layouts))
     tables = sorted(caps.block_tables - {BlockTableKind.SHARED_PREFIX}, key=lambda x: x.value)
-    table = draw(st.sampled_from(tables))
+    table = draw(st.sampled_from(tables)) if tables else BlockTableKind.CONTIGUOUS  # shared_prefix() sets its own
     grans = sorted(caps.scale_granularities, key=lambda x: x.value)
     gran = draw(st.sampled_from(grans)) if kvd.is_fp8 else ScaleGranularity.PER_TENSOR
     n = num_kv_heads if gran == ScaleGranularity.PER_KV_HEAD else 1
@@ -205,7 +219,10 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     odd = [h for h in sizes if h & (h - 1)] or sizes  # not a power of two: padded tiles, tail masks
     head_size = draw(st.sampled_from(sizes) | st.just(sizes[-1]) | st.sampled_from(odd))
     head_size_v = None
-    if _has(caps, Feature.HEAD_SIZE_V):
+    if caps.head_size_pairs is not None:  # tied sizes (MLA: key = latent + rope, value = latent)
+        pairs = [p for p in caps.head_size_pairs if p[0] in sizes] or list(caps.head_size_pairs)
+        head_size, head_size_v = draw(st.sampled_from(pairs))
+    elif _has(caps, Feature.HEAD_SIZE_V):
         head_size_v = draw(st.none() | st.sampled_from(sorted(caps.head_sizes)))
     value_size = head_size_v or head_size
 
@@ -233,6 +250,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     cache = None
     if uses_cache and (caps.requires_cache or draw(st.booleans())):
         cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size, limits))
+    if cache is not None and attn_type == AttentionType.DECODER and BlockTableKind.SHARED_PREFIX in caps.block_tables:
+        sequences, cache = draw(shared_prefix(caps, sequences, cache))
 
     max_kv = max([kv_len(attn_type, s) for s in sequences] + [1])
     kernel = {}

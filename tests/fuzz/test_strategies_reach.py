@@ -13,10 +13,10 @@ from fuzz.strategies import ORACLE_CAPS, Limits, cases
 N = 300
 
 
-def _draws(caps, limits=Limits()):
+def _draws(caps, limits=Limits(), n=N):
     out = []
 
-    @settings(max_examples=N, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=n, database=None, suppress_health_check=list(HealthCheck))
     @given(cases(caps, limits))
     def collect(case):
         out.append(case)
@@ -60,3 +60,13 @@ def test_largest_and_odd_head_sizes_get_weight():
     frac = lambda pred: sum(1 for c in draws if pred(c)) / len(draws)  # noqa: E731
     assert frac(lambda c: c.head_size == max(caps.head_sizes)) > 0.2
     assert frac(lambda c: c.head_size & (c.head_size - 1)) > 0.4
+
+
+def test_every_builtin_backend_gets_valid_cases_inside_its_declaration():
+    # CPU or not, each declaration must yield valid Cases it accepts (the device campaign relies on it).
+    from backends.registry import builtin_backends
+
+    for backend in builtin_backends():
+        device = sorted(backend.caps.devices)[0]
+        for case in _draws(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), n=30):
+            assert backend.caps.reasons(case, device) == [], (backend.name, case)
