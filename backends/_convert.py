@@ -114,10 +114,19 @@ def unpack_varlen_lse(lse: torch.Tensor, query_lens: list[int]) -> torch.Tensor:
     return lse[0, :, : sum(query_lens)].transpose(0, 1)
 
 
-def tokens_first_lse(lse: Tensor, num_tokens: int, num_heads: int) -> Tensor:
-    """A packed varlen LSE as [tokens, heads], whether the kernel returned [heads, tokens] or that."""
+def tokens_first_lse(lse: Tensor, num_tokens: int, num_heads: int, documented: str) -> tuple[Tensor, dict]:
+    """A packed varlen LSE as [tokens, heads], from the layout the API documents ("TH": [tokens, heads],
+    "HT": [heads, tokens]; a trailing dim of 1 is dropped). The shape decides only where it is not
+    square; a shape that contradicts the documentation is followed and reported in the notes.
+    (Guessing from the shape alone transposes a [T, H] LSE whenever T == H.)"""
     lse = lse.float()
-    return lse.transpose(0, 1) if tuple(lse.shape) == (num_heads, num_tokens) else lse
+    if lse.dim() == 3 and lse.shape[-1] == 1:
+        lse = lse[..., 0]
+    th, ht = (num_tokens, num_heads), (num_heads, num_tokens)
+    shape = tuple(lse.shape[:2])
+    layout = documented if shape == (th if documented == "TH" else ht) else ("HT" if shape == ht else "TH")
+    notes = {} if layout == documented else {"lse_layout": f"{layout}, documented {documented}: {list(lse.shape)}"}
+    return (lse if layout == "TH" else lse.transpose(0, 1)), notes
 
 
 def first_call_note(seen: set, variant: tuple, started: float) -> dict:

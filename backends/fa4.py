@@ -78,7 +78,8 @@ class FA4(Backend):
         t0 = time.perf_counter()
         out, lse = flash_attn_varlen_func(inputs.query, k, v, **kwargs)
         notes = dict(first_call_note(_SEEN_VARIANTS, _variant(case), t0), lse_shape=list(lse.shape))
-        return Actual(output=out, lse=tokens_first_lse(lse, case.num_tokens, case.num_heads), notes=notes)
+        lse, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")  # varlen: [H, total_q]
+        return Actual(output=out, lse=lse, notes=notes | layout)
 
 
 def fa4_backends() -> list[Backend]:

@@ -2,7 +2,7 @@
 `torch.nn.attention.varlen` entry point.
 
 Sequences are packed with cumulative offsets (cu_seqlens). The optional arguments of the flash op
-(window sizes, ALiBi slopes, block_table / seqused_k for a paged cache) are declared only where the
+(window sizes, block_table / seqused_k for a paged cache) are declared only where the
 installed op's schema has them, read when the backend is built: a torch without them gets a
 narrower declaration, never a TypeError mid-campaign.
 """
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import torch
 
-from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVLayout
+from reference.case import AttentionType, CausalAlignment, DType, KVLayout
 from reference.inputs import Inputs
 
 from ._convert import cu_seqlens, tokens_first_lse, unpack_varlen_lse
@@ -53,14 +53,11 @@ class AtenVarlen(Backend):
         features = set(VARLEN_CAPS.features)
         if self.flash and "window_size_left" in self.args:
             features.add(Feature.WINDOW)
-        if self.flash and "alibi_slopes" in self.args:
-            features.add(Feature.ALIBI)
+        # Not ALiBi, although the schema has alibi_slopes: torch's flash build refuses it ("This flash
+        # attention build does not support alibi", H100, torch 2.11).
         # Found by fuzzing on the H200: rows with no key get LSE +inf (flash) or 0 (efficient), not -inf.
         # Declared (each kernel's own convention); both are unsafe inputs to an LSE merge that expects -inf.
-        # flash-attn's ALiBi is -slope * |distance| (the symmetric convention; under a causal mask the
-        # two conventions coincide).
-        self.caps = replace(VARLEN_CAPS, features=frozenset(features), empty_row_lse=math.inf if self.flash else 0.0,
-                            alibi_conventions=frozenset({AlibiConvention.SYMMETRIC}))
+        self.caps = replace(VARLEN_CAPS, features=frozenset(features), empty_row_lse=math.inf if self.flash else 0.0)
 
     def _op(self):
         return getattr(torch.ops.aten, self.op_name)
@@ -72,13 +69,6 @@ class AtenVarlen(Backend):
             return f"torch {torch.__version__} has no aten.{self.op_name}"
         return None
 
-    def not_supported_reasons(self, case) -> list[str]:
-        reasons = super().not_supported_reasons(case)
-        if case.alibi is not None and case.attn_type == AttentionType.ENCODER_DECODER:
-            reasons.append("ALiBi in cross attention: flash-attn puts query i at i + key_len - query_len "
-                           "(bottom-right), the Case's encoder_decoder type at i")
-        return reasons
-
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
         dev = inputs.query.device
@@ -88,8 +78,6 @@ class AtenVarlen(Backend):
         causal = case.is_causal  # both kernels align causal masks bottom-right
         if self.flash:
             extra = _window_args(case) if "window_size_left" in self.args else {}
-            if inputs.alibi_slopes is not None:
-                extra["alibi_slopes"] = inputs.alibi_slopes.float().to(dev)
             out, lse = self._op()(q, k, v, cu_q, cu_k, case.max_query_len, case.max_kv_len, 0.0, causal, False,
                                   scale=case.softmax_scale, **extra)[:2]
             # Packed varlen flash returns LSE [H, total_q].
@@ -125,14 +113,12 @@ class AtenFlashPaged(AtenVarlen):
         dev = inputs.query.device
         pool = inputs.cache.paged
         extra = _window_args(case)
-        if inputs.alibi_slopes is not None:
-            extra["alibi_slopes"] = inputs.alibi_slopes.float().to(dev)
         out, lse = self._op()(inputs.query, pool.key_view(), pool.value_view(), cu_seqlens(case.query_lens, dev),
                               cu_seqlens(case.kv_lens, dev), case.max_query_len, case.max_kv_len, 0.0, case.is_causal,
                               False, scale=case.softmax_scale, seqused_k=inputs.seq_lens.to(dev, torch.int32),
                               block_table=inputs.block_table.to(torch.int32), **extra)[:2]
-        return Actual(output=out, lse=tokens_first_lse(lse, case.num_tokens, case.num_heads)[: case.num_tokens],
-                      notes={"lse_shape": list(lse.shape)})
+        lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")
+        return Actual(output=out, lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)
 
 
 CUDNN_CAPS = Capabilities(
@@ -157,7 +143,8 @@ class AtenCudnn(Backend):
         self.op_name = "_cudnn_attention_forward" if varlen else "_scaled_dot_product_cudnn_attention"
         self.description = f"torch.ops.aten.{self.op_name}" + (
             " over packed sequences (cum_seq_q / cum_seq_k)" if varlen else " per sequence, LSE returned")
-        self.caps = CUDNN_CAPS
+        # Seen on the H100: with 0-element K/V the dense op skips the kernel and returns no LSE.
+        self.caps = CUDNN_CAPS if varlen else replace(CUDNN_CAPS, min_kv_len=1)
 
     def availability(self) -> str | None:
         if not torch.cuda.is_available():
@@ -177,9 +164,12 @@ class AtenCudnn(Backend):
             out, lse = op(inputs.query, k, v, None, cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev),
                           max(case.max_query_len, 1), max(case.max_kv_len, 1), True, 0.0, case.is_causal, False,
                           scale=case.softmax_scale)[:2]
-            lse = lse.reshape(lse.shape[0], -1) if lse.dim() == 3 and lse.shape[-1] == 1 else lse
-            return Actual(output=out[: case.num_tokens], lse=tokens_first_lse(lse, case.num_tokens, case.num_heads),
-                          notes={"lse_shape": list(lse.shape)})
+            if lse is None or not lse.numel():
+                # Seen on the H100: with no key in the whole batch the op skips the kernel (0-element
+                # K/V) and returns no LSE; the output is whatever the allocator held.
+                raise RuntimeError(f"aten.{self.op_name} returned no LSE (a batch without keys)")
+            lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="TH")  # [T, H, 1]
+            return Actual(output=out[: case.num_tokens], lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)
         group = case.num_heads // case.num_kv_heads
         outs, lses = [], []
         for i in range(len(case.sequences)):
@@ -223,6 +213,17 @@ class TorchVarlen(Backend):
             return f"torch {torch.__version__} has no torch.nn.attention.varlen: {e}"
         return None if torch.cuda.is_available() else "no CUDA device"
 
+    @staticmethod
+    def _gqa_arg(case) -> dict:
+        # torch 2.11's varlen_attn has no enable_gqa (seen on the H100); the flash kernel under it
+        # takes fewer kv heads natively. Later torch asks for the flag.
+        import inspect
+
+        from torch.nn.attention.varlen import varlen_attn
+        if "enable_gqa" not in inspect.signature(varlen_attn).parameters:
+            return {}
+        return {"enable_gqa": case.num_heads != case.num_kv_heads}
+
     def run(self, inputs: Inputs) -> Actual:
         from torch.nn.attention.varlen import AuxRequest, varlen_attn
 
@@ -234,6 +235,6 @@ class TorchVarlen(Backend):
                                max(case.max_query_len, 1), max(case.max_kv_len, 1),
                                return_aux=AuxRequest(lse=True), scale=case.softmax_scale,
                                window_size=(w["window_size_left"], w["window_size_right"]),
-                               enable_gqa=case.num_heads != case.num_kv_heads)
-        return Actual(output=out, lse=tokens_first_lse(lse, case.num_tokens, case.num_heads),
-                      notes={"lse_shape": list(lse.shape)})
+                               **self._gqa_arg(case))
+        lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="TH")  # (T_q, H_q)
+        return Actual(output=out, lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)

@@ -37,16 +37,26 @@ for g in $PARTS; do
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_FLASHINFER:-300}" $(avail "${PYTHONPATH:-}" '^flashinfer-(decode|decode-tc|prefill-fa2)$') ;;
     xformers) run /tmp/site-xf "${TIME_XFORMERS:-150}" $(avail /tmp/site-xf '^xformers-') ;;
     torch)
-      run "${PYTHONPATH:-}" "${TIME_TORCH:-150}" $(avail "${PYTHONPATH:-}" '(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-naive-paged$)') ;;
+      run "${PYTHONPATH:-}" "${TIME_TORCH:-150}" $(avail "${PYTHONPATH:-}" '(-cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^torch-naive-paged$)' | grep -v '^flex-flash') ;;
+    newtorch)  # the aten / public varlen entry points added for #9
+      run "${PYTHONPATH:-}" "${TIME_NEWTORCH:-200}" $(avail "${PYTHONPATH:-}" '(^aten-|^torch-varlen$)') ;;
+    flexflash)  # flex_attention with kernel_options BACKEND="FLASH" (needs flash_attn.cute)
+      run "${PYTHONPATH:-}" "${TIME_FLEXFLASH:-120}" $(avail "${PYTHONPATH:-}" '^flex-flash-cuda$') ;;
+    finew)  # FlashInfer's fa3 prefill, multi-level cascade and MLA, each in a JIT-friendly focus
+      LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_FA3:-150}" $(avail "${PYTHONPATH:-}" '^flashinfer-prefill-fa3$')
+      LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_CASCADE:-120}" $(avail "${PYTHONPATH:-}" '^flashinfer-cascade$')
+      LIMITS="${FOCUS_MLA:-{\"dtypes\": [\"bfloat16\"], \"head_sizes\": [576, 192]\}}" \
+        run "${PYTHONPATH:-}" "${TIME_MLA:-180}" $(avail "${PYTHONPATH:-}" '^flashinfer-mla-') ;;
     kernel)  # the raw-API region (#9): explicit causal flag and alignment, window pairs, q > k
       LIMITS='{"attn_types": ["kernel"]}' run "${PYTHONPATH:-}" "${TIME_KERNEL:-200}" \
-        $(avail "${PYTHONPATH:-}" '(^torch-sdpa-.*cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^flex-cuda$|^fa4-varlen$)') ;;
+        $(avail "${PYTHONPATH:-}" '(^torch-sdpa-.*cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^flex-cuda$|^flex-flash-cuda$|^fa4-varlen$)') ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
-      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 -m fuzz.cli probe \
-        $(avail "${PYTHONPATH:-}" '(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^fa4-)' | sed 's/^/--backend /') \
-        --out "$RES" > "$OUT/probes.txt" 2>&1
-      PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m fuzz.cli probe $(avail /tmp/site-xf '^xformers-' | sed 's/^/--backend /') --out "$RES" \
-        >> "$OUT/probes.txt" 2>&1 ;;
+      cuda=$(avail "${PYTHONPATH:-}" '(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-)')
+      xf=$(avail /tmp/site-xf '^xformers-')  # (an empty list would mean "every available backend")
+      [ -n "$cuda" ] && PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 -m fuzz.cli probe \
+        $(echo "$cuda" | sed 's/^/--backend /') --out "$RES" > "$OUT/probes.txt" 2>&1
+      [ -n "$xf" ] && PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m fuzz.cli probe \
+        $(echo "$xf" | sed 's/^/--backend /') --out "$RES" >> "$OUT/probes.txt" 2>&1 ;;
     replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)
       for f in benchmarks/results/cases/*.json; do
         b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
