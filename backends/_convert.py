@@ -37,20 +37,27 @@ def allowed(case: Case, i: int, device) -> Tensor:
     return torch.stack([rule(h, qp, kp).expand(qp.shape[0], kp.shape[1]) for h in heads])
 
 
-def position_rule(case: Case, device) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+def position_rule(case: Case, device, tensor_scalars: bool = False) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     """rule(head, q_pos, k_pos) -> bool, elementwise on broadcastable positions: the Case's causal /
     window / chunk / block-sparse rules in logical positions. SDPA masks (`allowed`) and flex
-    mask_mods are both built from it."""
+    mask_mods are both built from it.
+
+    tensor_scalars: the rule's integers become 0-dim device tensors (flex's FLASH kernel backend
+    cannot inline a captured Python int, which dynamic compilation turns into a symbol)."""
+    def const(x):
+        return torch.tensor(x, device=device) if (tensor_scalars and x is not None) else x
+
     causal = case.is_causal
-    window = case.sliding_window
+    window = const(case.sliding_window)
     symmetric_window = case.attn_type == AttentionType.ENCODER_ONLY
-    pair = case.window if case.attn_type == AttentionType.KERNEL else None
-    chunk = case.attn_chunk_size
+    pair = tuple(const(x) for x in case.window) if case.attn_type == AttentionType.KERNEL and case.window else None
+    chunk = const(case.attn_chunk_size)
     sparse = case.block_sparse
     if sparse is not None:
         from reference.block_sparse import head_offset  # vLLM's derived per-head offsets (data, not a mask)
         offsets = torch.tensor([head_offset(sparse, h, case.num_heads, case.num_kv_heads)
                                 for h in range(case.num_heads)], device=device)
+        block, local, stride = const(sparse.block_size), const(sparse.local_blocks), const(sparse.vert_stride)
 
     def rule(h, qp, kp):
         ok = torch.ones_like(qp, dtype=torch.bool) if not causal else kp <= qp
@@ -65,8 +72,8 @@ def position_rule(case: Case, device) -> Callable[[Tensor, Tensor, Tensor], Tens
         if chunk is not None:
             ok = ok & (qp // chunk == kp // chunk)
         if sparse is not None:
-            qb, kb = qp // sparse.block_size, kp // sparse.block_size
-            ok = ok & (((qb - kb) < sparse.local_blocks) | ((kb + offsets[h]) % sparse.vert_stride == 0))
+            qb, kb = qp // block, kp // block
+            ok = ok & (((qb - kb) < local) | ((kb + offsets[h]) % stride == 0))
         return ok
 
     return rule

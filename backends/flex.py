@@ -86,7 +86,7 @@ class FlexBackend(Backend):
         dev = inputs.query.device
         meta = _packed_metadata(inputs, dev)
         q_seq, q_pos, k_seq, k_pos = meta["q_seq"], meta["q_pos"], meta["k_seq"], meta["k_pos"]
-        rule = position_rule(case, dev)
+        rule = position_rule(case, dev, tensor_scalars=self.kernel == "FLASH")
 
         def mask_mod(b, h, qi, ki):
             return (q_seq[qi] == k_seq[ki]) & rule(h, q_pos[qi], k_pos[ki])

@@ -201,10 +201,20 @@ class TorchVarlen(Backend):
     name = "torch-varlen"
     library = "torch"
     description = "torch.nn.attention.varlen.varlen_attn over packed sequences, window-expressed causality"
+    # Found on the H100 (torch 2.11): rows with no key get LSE +inf, as from the flash op underneath.
     caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
                         head_sizes=HEAD_SIZES, attn_types=frozenset(AttentionType),
                         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT,
-                                            Feature.MORE_QUERIES_THAN_KEYS}), lse_base=LseBase.E)
+                                            Feature.MORE_QUERIES_THAN_KEYS}), lse_base=LseBase.E,
+                        empty_row_lse=math.inf)
+
+    @staticmethod
+    def _lse_layout() -> str:
+        # torch 2.13's docstring gives the LSE as (T_q, H_q); torch 2.11 returns [H_q, T_q] (seen on the
+        # H100: every LSE "mismatch" of the first campaign had T_q == H_q, where the two cannot be told
+        # apart by shape, and each equals the transposed oracle LSE exactly).
+        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+        return "HT" if (major, minor) < (2, 12) else "TH"
 
     def availability(self) -> str | None:
         try:
@@ -236,5 +246,5 @@ class TorchVarlen(Backend):
                                return_aux=AuxRequest(lse=True), scale=case.softmax_scale,
                                window_size=(w["window_size_left"], w["window_size_right"]),
                                **self._gqa_arg(case))
-        lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="TH")  # (T_q, H_q)
+        lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented=self._lse_layout())
         return Actual(output=out, lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)

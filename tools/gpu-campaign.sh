@@ -39,7 +39,7 @@ for g in $PARTS; do
     torch)
       run "${PYTHONPATH:-}" "${TIME_TORCH:-150}" $(avail "${PYTHONPATH:-}" '(-cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^torch-naive-paged$)' | grep -v '^flex-flash') ;;
     newtorch)  # the aten / public varlen entry points added for #9
-      run "${PYTHONPATH:-}" "${TIME_NEWTORCH:-200}" $(avail "${PYTHONPATH:-}" '(^aten-|^torch-varlen$)') ;;
+      run "${PYTHONPATH:-}" "${TIME_NEWTORCH:-200}" $(avail "${PYTHONPATH:-}" "${NEWTORCH_RE:-(^aten-|^torch-varlen$)}") ;;
     flexflash)  # flex_attention with kernel_options BACKEND="FLASH" (needs flash_attn.cute)
       run "${PYTHONPATH:-}" "${TIME_FLEXFLASH:-120}" $(avail "${PYTHONPATH:-}" '^flex-flash-cuda$') ;;
     finew)  # FlashInfer's fa3 prefill, multi-level cascade and MLA, each in a JIT-friendly focus
@@ -51,10 +51,10 @@ for g in $PARTS; do
       LIMITS='{"attn_types": ["kernel"]}' run "${PYTHONPATH:-}" "${TIME_KERNEL:-200}" \
         $(avail "${PYTHONPATH:-}" '(^torch-sdpa-.*cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^flex-cuda$|^flex-flash-cuda$|^fa4-varlen$)') ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
-      cuda=$(avail "${PYTHONPATH:-}" '(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-)')
+      cuda=$(avail "${PYTHONPATH:-}" "${PROBE_RE:-(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-|^flashinfer-)}")
       xf=$(avail /tmp/site-xf '^xformers-')  # (an empty list would mean "every available backend")
       [ -n "$cuda" ] && PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 -m fuzz.cli probe \
-        $(echo "$cuda" | sed 's/^/--backend /') --out "$RES" > "$OUT/probes.txt" 2>&1
+        $(echo "$cuda" | sed 's/^/--backend /') --out "$RES" >> "$OUT/probes.txt" 2>&1
       [ -n "$xf" ] && PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m fuzz.cli probe \
         $(echo "$xf" | sed 's/^/--backend /') --out "$RES" >> "$OUT/probes.txt" 2>&1 ;;
     replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)

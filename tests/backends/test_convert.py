@@ -20,3 +20,23 @@ def test_lse_layout_that_contradicts_the_documentation_is_followed_and_reported(
     assert torch.equal(out, th) and "documented HT" in notes["lse_layout"]
     out, _ = tokens_first_lse(th[..., None], 3, 2, documented="TH")  # cuDNN's trailing 1
     assert torch.equal(out, th)
+
+
+def test_position_rule_with_tensor_scalars_is_the_same_rule():
+    # flex's FLASH backend needs the rule's integers as device tensors; the mask must not change.
+    from hypothesis import HealthCheck, given, settings
+
+    from backends._convert import key_offset, position_rule
+    from fuzz.strategies import ORACLE_CAPS, Limits, cases
+
+    @settings(max_examples=60, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(cases(ORACLE_CAPS, Limits(max_sequences=2, max_context=30, max_query=6)))
+    def check(case):
+        plain, tensors = position_rule(case, "cpu"), position_rule(case, "cpu", tensor_scalars=True)
+        for i, s in enumerate(case.sequences):
+            qp = torch.arange(s.query_len)[:, None] + key_offset(case, i)
+            kp = torch.arange(case.kv_lens[i])[None, :]
+            for h in range(case.num_heads):
+                assert torch.equal(plain(h, qp, kp), tensors(h, qp, kp))
+
+    check()
