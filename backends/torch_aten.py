@@ -1,10 +1,10 @@
 """The varlen kernels under torch.ops.aten (CUDA): flash, memory-efficient and cuDNN, and the public
 `torch.nn.attention.varlen` entry point.
 
-Sequences are packed with cumulative offsets (cu_seqlens). The optional arguments of the flash op
-(window sizes, block_table / seqused_k for a paged cache) are declared only where the
-installed op's schema has them, read when the backend is built: a torch without them gets a
-narrower declaration, never a TypeError mid-campaign.
+Sequences are packed with cumulative offsets (cu_seqlens). The flash op's window arguments are
+declared only where the installed op's schema has them, read when the backend is built: a torch
+without them gets a narrower declaration, never a TypeError mid-campaign. (torch >= 2.12 adds
+block_table / seqused_k for paged KV; the lent GPU has torch 2.11, so no adapter is written for it.)
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import torch
 
-from reference.case import AttentionType, CausalAlignment, DType, KVLayout
+from reference.case import AttentionType, CausalAlignment, DType
 from reference.inputs import Inputs
 
 from ._convert import cu_seqlens, tokens_first_lse, unpack_varlen_lse
@@ -90,37 +90,6 @@ class AtenVarlen(Backend):
         return Actual(output=out[0], lse=unpack_varlen_lse(lse, case.query_lens), notes={"lse_shape": list(lse.shape)})
 
 
-class AtenFlashPaged(AtenVarlen):
-    """aten._flash_attention_forward reading the paged cache: `block_table` + `seqused_k` over the
-    flash_nhd key / value views [num_blocks, block_size, H_kv, D] (no gather, no copy)."""
-
-    def __init__(self) -> None:
-        super().__init__("aten-flash-paged", "_flash_attention_forward")
-        self.name = "aten-flash-paged"
-        self.description = "torch.ops.aten._flash_attention_forward with block_table + seqused_k (paged KV)"
-        self.caps = replace(self.caps, attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
-                            kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 256), requires_cache=True,
-                            reads_paged_cache=True, features=self.caps.features | {Feature.LAYERED_CACHE})
-
-    def availability(self) -> str | None:
-        reason = super().availability()
-        if reason is None and not {"block_table", "seqused_k"} <= self.args:
-            return f"torch {torch.__version__}'s aten._flash_attention_forward takes no block_table / seqused_k"
-        return reason
-
-    def run(self, inputs: Inputs) -> Actual:
-        case = inputs.case
-        dev = inputs.query.device
-        pool = inputs.cache.paged
-        extra = _window_args(case)
-        out, lse = self._op()(inputs.query, pool.key_view(), pool.value_view(), cu_seqlens(case.query_lens, dev),
-                              cu_seqlens(case.kv_lens, dev), case.max_query_len, case.max_kv_len, 0.0, case.is_causal,
-                              False, scale=case.softmax_scale, seqused_k=inputs.seq_lens.to(dev, torch.int32),
-                              block_table=inputs.block_table.to(torch.int32), **extra)[:2]
-        lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")
-        return Actual(output=out, lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)
-
-
 CUDNN_CAPS = Capabilities(
     devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
     head_sizes=(32, 64, 96, 128, 192, 256),
@@ -186,7 +155,7 @@ class AtenCudnn(Backend):
 
 
 def aten_backends() -> list[Backend]:
-    return [AtenVarlen("aten-flash-varlen", "_flash_attention_forward"), AtenFlashPaged(),
+    return [AtenVarlen("aten-flash-varlen", "_flash_attention_forward"),
             AtenVarlen("aten-efficient-varlen", "_efficient_attention_forward"),
             AtenCudnn("aten-cudnn-varlen", varlen=True), AtenCudnn("aten-cudnn", varlen=False), TorchVarlen()]
 

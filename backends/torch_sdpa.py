@@ -132,7 +132,10 @@ def sdpa_backends() -> list[Backend]:
         # Found by the kernel-level campaign: flash refuses is_causal when query and key lengths differ.
         SdpaBackend("torch-sdpa-flash", "FLASH_ATTENTION", "cuda", replace(no_mask, devices=cuda, causal_equal_lengths=True),
                     "SDPA flash kernel: no attn_mask, so causal only where top-left == bottom-right"),
-        SdpaBackend("torch-sdpa-cudnn", "CUDNN_ATTENTION", "cuda", replace(no_mask, devices=cuda, min_query_len=2),
+        # Found by fuzzing (H200, H100): SDPA's cuDNN path refuses a sequence with one query or one key
+        # ("No available kernel"); the aten op underneath takes both (aten-cudnn).
+        SdpaBackend("torch-sdpa-cudnn", "CUDNN_ATTENTION", "cuda", replace(no_mask, devices=cuda, min_query_len=2,
+                                                                         min_kv_len=2),
                     "SDPA cuDNN kernel: no attn_mask, so causal only where top-left == bottom-right"),
         CpuFlashBackend(),
         *(SdpaBackend(f"torch-sdpa-{tag}{suffix}", "MATH" if dev == "cpu" else "EFFICIENT_ATTENTION", dev,

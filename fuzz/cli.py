@@ -96,6 +96,11 @@ def _cmd_replay(a) -> int:
         print("which backend? pass --backend NAME", file=sys.stderr)
         return 2
     backend = get(name, include_mutants=True, specs=tuple(a.backend_spec))
+    unavailable = backend.availability() if a.device is None else None
+    if unavailable:
+        print(f"backend {name} is unavailable here: {unavailable} (replay it where it runs, or pass "
+              f"--backend with another one)", file=sys.stderr)
+        return 2
     row = evaluate(backend, case, device=a.device).row
     keep = ("verdict", "message", "max_err", "limit", "mean_err", "mean_limit", "lse_max_err", "lse_limit",
             "worst_seq", "worst_token", "worst_head", "worst_dim", "contract")

@@ -19,6 +19,13 @@ class Finding:
     link: str
     summary: str
     crashes: bool = False
+    symptom: str | None = None  # regex on the failing row's message; None: any failure of a matching case
+
+    def explains(self, message: str) -> bool:
+        """Whether a failure with this message is this finding (not another bug on the same cases)."""
+        import re
+
+        return self.symptom is None or re.search(self.symptom, message or "") is not None
 
 
 def _has_empty_side(case: Case) -> bool:
@@ -35,7 +42,7 @@ KNOWN: tuple[Finding, ...] = (
     Finding("flex-flash-cuda", lambda c: _torch_before(2, 12), "https://github.com/pytorch/pytorch/issues/181645",
             "flex_attention(BACKEND='FLASH', return_lse=True) returns LSE * ln 2: FA4's natural-log LSE is "
             "converted as if it were base 2 (found here on torch 2.11: error / |LSE| = 1 - ln 2 exactly; fixed "
-            "upstream by pytorch#181824)"),
+            "upstream by pytorch#181824)", symptom=r"^LSE "),
     Finding("torch-sdpa-cpu-flash", _has_empty_side, "https://github.com/pytorch/pytorch/issues/141219",
             "SIGFPE (process killed) when a sequence has 0 queries or 0 keys; issue closed upstream, still "
             "reproduces on torch 2.13.0+cpu", crashes=True),

@@ -91,8 +91,10 @@ def fuzz_backend(backend_name: str, out: Path, *, examples: int | None, seconds:
             heartbeat.unlink(missing_ok=True)
             row = evaluation.row
             if known is not None:
-                row["known_issue"] = known.link
-                if not Verdict(row["verdict"]).is_failure:
+                failing = Verdict(row["verdict"]).is_failure
+                if not failing or known.explains(row.get("message", "")):
+                    row["known_issue"] = known.link
+                if not failing:
                     row["known_fixed"] = True
         row.update(phase=state["phase"], example=state["index"], t=time.time())
         append_row(out, row)

@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
 from fuzz.campaign import CampaignConfig, read_rows, run_campaign
 
 SPEC = ("tests.fuzz.crashy:all_crashy",)
@@ -59,3 +62,10 @@ def test_replay_of_a_saved_failure_reproduces_its_verdict(tmp_path):
 def test_rows_survive_a_cut_last_line(tmp_path):
     (tmp_path / "rows.jsonl").write_text('{"backend": "x", "verdict": "pass"}\n{"backend": "x", "verd')
     assert read_rows(tmp_path) == [{"backend": "x", "verdict": "pass"}]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_replay_of_a_cuda_case_without_cuda_says_why_instead_of_raising():
+    case = Path(__file__).parents[2] / "benchmarks/results/cases/flex-flash-cuda-lse-ln2.json"
+    out = subprocess.run([sys.executable, "-m", "fuzz.cli", "replay", str(case)], capture_output=True, text=True)
+    assert out.returncode == 2 and "unavailable here: no CUDA device" in out.stderr, out.stderr
