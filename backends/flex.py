@@ -242,8 +242,19 @@ class FlexFlashBackend(FlexBackend):
                             head_sizes=(64, 96, 128, 256))
 
 
+class FlexDecodeBackend(FlexBackend):
+    """flex_attention compiled with kernel_options={"BACKEND": "TRITON_DECODE"}: inductor's
+    flex_decoding template (split over keys), which AUTO picks only for short query blocks. Declared
+    for decode-shaped batches; the packed call puts every query of the batch in one block."""
+
+    def __init__(self) -> None:
+        super().__init__("flex-decode-cuda", True, "cuda", kernel="TRITON_DECODE")
+        self.caps = replace(self.caps, attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+                            max_query_len=1)
+
+
 def flex_backends() -> list[Backend]:
     return [FlexBackend("flex", False, "cpu"), FlexBackend("flex-compiled", True, "cpu"),
             FlexBackend("flex-cuda", False, "cuda"), FlexBackend("flex-compiled-cuda", True, "cuda"),
             FlexPagedBackend("flex-paged", False, "cpu"), FlexPagedBackend("flex-paged-cuda", False, "cuda"),
-            FlexPagedBackend("flex-paged-compiled-cuda", True, "cuda"), FlexFlashBackend()]
+            FlexPagedBackend("flex-paged-compiled-cuda", True, "cuda"), FlexFlashBackend(), FlexDecodeBackend()]

@@ -38,6 +38,8 @@ for g in $PARTS; do
     xformers) run /tmp/site-xf "${TIME_XFORMERS:-150}" $(avail /tmp/site-xf '^xformers-') ;;
     torch)
       run "${PYTHONPATH:-}" "${TIME_TORCH:-150}" $(avail "${PYTHONPATH:-}" '(-cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^torch-naive-paged$)' | grep -v '^flex-flash') ;;
+    flexdecode)  # flex_attention with kernel_options BACKEND="TRITON_DECODE"
+      run "${PYTHONPATH:-}" "${TIME_FLEXDECODE:-120}" $(avail "${PYTHONPATH:-}" '^flex-decode-cuda$') ;;
     newtorch)  # the aten / public varlen entry points added for #9
       run "${PYTHONPATH:-}" "${TIME_NEWTORCH:-200}" $(avail "${PYTHONPATH:-}" "${NEWTORCH_RE:-(^aten-|^torch-varlen$)}") ;;
     flexflash)  # flex_attention with kernel_options BACKEND="FLASH" (needs flash_attn.cute)
