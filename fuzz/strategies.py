@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from backends.base import ALL_FEATURES, Capabilities, Feature
@@ -161,8 +162,8 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
         layouts = [x for x in layouts if x != KVLayout.PAGED_V0]
     if num_kv_heads != 1 or head_size_v > head_size or kvd.is_int8:
         layouts = [x for x in layouts if x != KVLayout.MLA_LATENT]
-    if not layouts:  # e.g. only mla_latent declared but this draw has several kv heads
-        layouts = [KVLayout.FLASH_NHD] if KVLayout.FLASH_NHD in caps.kv_layouts else sorted(caps.kv_layouts, key=lambda x: x.value)[:1]
+    if not layouts:  # no declared layout can hold this draw (e.g. int8 kv without flash_hnd): never an invalid case
+        reject()
     layout = draw(st.sampled_from(layouts))
     tables = sorted(caps.block_tables - {BlockTableKind.SHARED_PREFIX}, key=lambda x: x.value)
     table = draw(st.sampled_from(tables)) if tables else BlockTableKind.CONTIGUOUS  # shared_prefix() sets its own
