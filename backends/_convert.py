@@ -145,5 +145,10 @@ def first_call_note(seen: set, variant: tuple, started: float) -> dict:
     return {"first_call_s": time.perf_counter() - started}
 
 
+def torch_before(major: int, minor: int) -> bool:
+    """Whether the installed torch is older than major.minor (behaviour that changed between releases)."""
+    return tuple(int(x) for x in torch.__version__.split(".")[:2]) < (major, minor)
+
+
 def cu_seqlens(lengths: list[int], device) -> Tensor:
     return torch.nn.functional.pad(torch.tensor(lengths, device=device).cumsum(0), (1, 0)).to(torch.int32)

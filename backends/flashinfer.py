@@ -32,16 +32,25 @@ def _workspace(dev) -> torch.Tensor:
     return _WORKSPACE[dev]
 
 
-def page_metadata(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(indptr [B+1], indices [total pages], last_page_len [B]) from the block table."""
-    case = inputs.case
-    bs = case.cache.block_size
-    counts = [-(-n // bs) for n in case.kv_lens]
-    dev = inputs.query.device
-    indices = [inputs.block_table[i, :c] for i, c in enumerate(counts)]
-    indptr = torch.tensor([0] + counts, device=dev).cumsum(0).to(torch.int32)
-    last = torch.tensor([n - (c - 1) * bs if c else 0 for n, c in zip(case.kv_lens, counts)], dtype=torch.int32, device=dev)
-    return indptr, torch.cat(indices).to(torch.int32), last
+def _pages(inputs: Inputs, i: int, first: int) -> tuple[torch.Tensor, int]:
+    """Sequence i's pages from logical block `first` on, and how many slots its last page uses."""
+    bs = inputs.case.cache.block_size
+    n = inputs.case.kv_lens[i] - first * bs
+    count = -(-n // bs)
+    return inputs.block_table[i, first:first + count], (n - (count - 1) * bs if count else 0)
+
+
+def _csr(page_lists: list[torch.Tensor], last: list[int], dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashInfer's (indptr [B+1], indices [total pages], last_page_len [B])."""
+    indptr = torch.tensor([0] + [p.numel() for p in page_lists], device=dev).cumsum(0).to(torch.int32)
+    indices = torch.cat(page_lists).to(torch.int32) if page_lists else torch.zeros(0, dtype=torch.int32, device=dev)
+    return indptr, indices, torch.tensor(last, dtype=torch.int32, device=dev)
+
+
+def page_metadata(inputs: Inputs, first: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(indptr, indices, last_page_len) of every sequence's pages from logical block `first` on."""
+    pages = [_pages(inputs, i, first) for i in range(len(inputs.case.sequences))]
+    return _csr([p for p, _ in pages], [n for _, n in pages], inputs.query.device)
 
 
 def paged_kv(inputs: Inputs):
@@ -108,20 +117,6 @@ class FlashInfer(Backend):
         return Actual(output=out, lse=lse_natural(lse, base_two=True), notes=first_call_note(_SEEN, key, t0))
 
 
-def _pages(inputs: Inputs, i: int, first: int) -> tuple[torch.Tensor, int]:
-    """Sequence i's pages from logical block `first` on, and how many slots its last page uses."""
-    bs = inputs.case.cache.block_size
-    n = inputs.case.kv_lens[i] - first * bs
-    count = -(-n // bs)
-    return inputs.block_table[i, first:first + count], (n - (count - 1) * bs if count else 0)
-
-
-def _csr(page_lists: list[torch.Tensor], last: list[int], dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    indptr = torch.tensor([0] + [p.numel() for p in page_lists], device=dev).cumsum(0).to(torch.int32)
-    indices = torch.cat(page_lists).to(torch.int32) if page_lists else torch.zeros(0, dtype=torch.int32, device=dev)
-    return indptr, indices, torch.tensor(last, dtype=torch.int32, device=dev)
-
-
 class FlashInferCascade(Backend):
     """flashinfer.MultiLevelCascadeAttentionWrapper, two levels: every query of the batch attends the
     shared prefix pages (level 0, one request, non-causal), each sequence its own pages after them
@@ -148,9 +143,7 @@ class FlashInferCascade(Backend):
         case = inputs.case
         dev = inputs.query.device
         bs, shared = case.cache.block_size, case.cache.prefix_blocks
-        prefix = [inputs.block_table[0, :shared]]
-        suffix = [_pages(inputs, i, shared) for i in range(len(case.sequences))]
-        levels = [_csr(prefix, [bs], dev), _csr([p for p, _ in suffix], [n for _, n in suffix], dev)]
+        levels = [_csr([inputs.block_table[0, :shared]], [bs], dev), page_metadata(inputs, first=shared)]
         qo = [torch.tensor([0, case.num_tokens], dtype=torch.int32, device=dev), inputs.query_start_loc.to(torch.int32)]
         wrapper = flashinfer.MultiLevelCascadeAttentionWrapper(2, _workspace(dev), LAYOUT[case.cache.layout])
         t0 = time.perf_counter()
@@ -207,8 +200,7 @@ class FlashInferMLA(Backend):
         case = inputs.case
         dev = inputs.query.device
         rank, rope = case.value_size, case.head_size - case.value_size
-        pages = [_pages(inputs, i, 0)[0] for i in range(len(case.sequences))]
-        indptr, indices, _ = _csr(pages, [0] * len(pages), dev)
+        indptr, indices, _ = page_metadata(inputs)  # MLA takes kv lengths instead of last-page lengths
         meta = MLAPlanMetadata.csr(qo_indptr=inputs.query_start_loc.to(torch.int32), kv_indptr=indptr,
                                    kv_indices=indices, kv_len_arr=inputs.seq_lens.to(dev, torch.int32))
         fp8 = case.kv_cache_dtype == KVCacheDType.FP8_E4M3

@@ -8,6 +8,7 @@ block_table / seqused_k for paged KV; the lent GPU has torch 2.11, so no adapter
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ import torch
 from reference.case import AttentionType, CausalAlignment, DType
 from reference.inputs import Inputs
 
-from ._convert import cu_seqlens, tokens_first_lse, unpack_varlen_lse
+from ._convert import cu_seqlens, per_sequence, tokens_first_lse, torch_before, unpack_varlen_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
 HEAD_SIZES = (32, 64, 96, 128, 256)
@@ -30,6 +31,15 @@ def _schema_args(op_name: str) -> set[str]:
     """Argument names of torch.ops.aten.<op_name>.default ({} when the op is missing)."""
     op = getattr(torch.ops.aten, op_name, None)
     return {a.name for a in op.default._schema.arguments} if op is not None else set()
+
+
+def _aten_op_reason(op_name: str) -> str | None:
+    """Why torch.ops.aten.<op_name> cannot run here (no GPU, op missing in this torch), or None."""
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not _schema_args(op_name):
+        return f"torch {torch.__version__} has no aten.{op_name}"
+    return None
 
 
 def _window_args(case) -> dict:
@@ -63,11 +73,7 @@ class AtenVarlen(Backend):
         return getattr(torch.ops.aten, self.op_name)
 
     def availability(self) -> str | None:
-        if not torch.cuda.is_available():
-            return "no CUDA device"
-        if not self.args:
-            return f"torch {torch.__version__} has no aten.{self.op_name}"
-        return None
+        return _aten_op_reason(self.op_name)
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
@@ -116,13 +122,10 @@ class AtenCudnn(Backend):
         self.caps = CUDNN_CAPS if varlen else replace(CUDNN_CAPS, min_kv_len=1)
 
     def availability(self) -> str | None:
-        if not torch.cuda.is_available():
-            return "no CUDA device"
-        if not hasattr(torch.ops.aten, self.op_name):
-            return f"torch {torch.__version__} has no aten.{self.op_name}"
-        if not torch.backends.cudnn.is_available():
+        reason = _aten_op_reason(self.op_name)
+        if reason is None and not torch.backends.cudnn.is_available():
             return "cuDNN is not available in this torch build"
-        return None
+        return reason
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
@@ -140,18 +143,17 @@ class AtenCudnn(Backend):
             lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="TH")  # [T, H, 1]
             return Actual(output=out[: case.num_tokens], lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)
         group = case.num_heads // case.num_kv_heads
-        outs, lses = [], []
-        for i in range(len(case.sequences)):
-            a, b = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
-            if a == b:
-                continue
-            q = inputs.query[a:b].transpose(0, 1)[None]
-            k = inputs.keys[i].repeat_interleave(group, 1).transpose(0, 1)[None]
-            v = inputs.values[i].repeat_interleave(group, 1).transpose(0, 1)[None]
-            out, lse = op(q, k, v, None, True, 0.0, case.is_causal, False, scale=case.softmax_scale)[:2]
-            outs.append(out[0].transpose(0, 1))
-            lses.append(lse.reshape(case.num_heads, b - a).transpose(0, 1))
-        return Actual(output=torch.cat(outs), lse=torch.cat(lses).float())
+
+        def one(i, q, k, v):
+            if not q.shape[1]:  # a sequence without queries is not launched
+                return q.new_empty(case.num_heads, 0, case.value_size), q.new_empty(case.num_heads, 0)
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+            out, lse = op(q[None], k[None], v[None], None, True, 0.0, case.is_causal, False,
+                          scale=case.softmax_scale)[:2]
+            return out[0], lse.reshape(case.num_heads, q.shape[1])
+
+        out, lse = per_sequence(inputs, one)
+        return Actual(output=out, lse=lse.float())
 
 
 def aten_backends() -> list[Backend]:
@@ -182,8 +184,7 @@ class TorchVarlen(Backend):
         # torch 2.13's docstring gives the LSE as (T_q, H_q); torch 2.11 returns [H_q, T_q] (seen on the
         # H100: every LSE "mismatch" of the first campaign had T_q == H_q, where the two cannot be told
         # apart by shape, and each equals the transposed oracle LSE exactly).
-        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-        return "HT" if (major, minor) < (2, 12) else "TH"
+        return "HT" if torch_before(2, 12) else "TH"
 
     def availability(self) -> str | None:
         try:
@@ -196,12 +197,7 @@ class TorchVarlen(Backend):
     def _gqa_arg(case) -> dict:
         # torch 2.11's varlen_attn has no enable_gqa (seen on the H100); the flash kernel under it
         # takes fewer kv heads natively. Later torch asks for the flag.
-        import inspect
-
-        from torch.nn.attention.varlen import varlen_attn
-        if "enable_gqa" not in inspect.signature(varlen_attn).parameters:
-            return {}
-        return {"enable_gqa": case.num_heads != case.num_kv_heads}
+        return {"enable_gqa": case.num_heads != case.num_kv_heads} if _varlen_takes_gqa_flag() else {}
 
     def run(self, inputs: Inputs) -> Actual:
         from torch.nn.attention.varlen import AuxRequest, varlen_attn
@@ -217,3 +213,13 @@ class TorchVarlen(Backend):
                                **self._gqa_arg(case))
         lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented=self._lse_layout())
         return Actual(output=out, lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)
+
+
+@functools.cache
+def _varlen_takes_gqa_flag() -> bool:
+    """Whether this torch's varlen_attn has an enable_gqa argument (read once, not per example)."""
+    import inspect
+
+    from torch.nn.attention.varlen import varlen_attn
+
+    return "enable_gqa" in inspect.signature(varlen_attn).parameters

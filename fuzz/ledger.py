@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from backends._convert import torch_before
 from reference.case import Case
 
 
@@ -32,14 +33,8 @@ def _has_empty_side(case: Case) -> bool:
     return any(q == 0 or k == 0 for q, k in zip(case.query_lens, case.kv_lens))
 
 
-def _torch_before(major: int, minor: int) -> bool:
-    import torch
-
-    return tuple(int(x) for x in torch.__version__.split(".")[:2]) < (major, minor)
-
-
 KNOWN: tuple[Finding, ...] = (
-    Finding("flex-flash-cuda", lambda c: _torch_before(2, 12), "https://github.com/pytorch/pytorch/issues/181645",
+    Finding("flex-flash-cuda", lambda c: torch_before(2, 12), "https://github.com/pytorch/pytorch/issues/181645",
             "flex_attention(BACKEND='FLASH', return_lse=True) returns LSE * ln 2: FA4's natural-log LSE is "
             "converted as if it were base 2 (found here on torch 2.11: error / |LSE| = 1 - ln 2 exactly; fixed "
             "upstream by pytorch#181824)", symptom=r"^LSE "),

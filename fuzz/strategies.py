@@ -124,8 +124,8 @@ def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
     """(num_heads, num_kv_heads) with odd GQA ratios and MQA where declared."""
     kv = draw(st.integers(1, min(limits.max_kv_heads, caps.max_kv_heads or limits.max_kv_heads)))
     ratios = [1]
-    # one kv head shared by several query heads is MQA; several kv heads, GQA
-    if _has(caps, Feature.MQA) if kv == 1 else _has(caps, Feature.GQA):
+    sharing = Feature.MQA if kv == 1 else Feature.GQA  # query heads sharing one kv head / several
+    if _has(caps, sharing):
         ratios += [r for r in GQA_RATIOS[1:] if (caps.max_head_group is None or r <= caps.max_head_group)
                    and (caps.head_groups is None or r in caps.head_groups)]
     ratio = draw(st.sampled_from(ratios))
@@ -138,7 +138,7 @@ def shared_prefix(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...],
     """Sometimes (always, when it is the only declared table) a block table whose first blocks are
     the same physical blocks in every sequence (cascade kernels); contexts are lifted to cover them."""
     only = caps.block_tables == frozenset({BlockTableKind.SHARED_PREFIX})
-    if not only and not draw(st.integers(0, 3)) == 0:
+    if not only and draw(st.integers(0, 3)) != 0:
         return sequences, cache
     bs = cache.block_size
     room = min(s.context_len for s in sequences) // bs
