@@ -43,13 +43,25 @@ def mutant_backends() -> list[Backend]:
     return mutants()
 
 
+class BackendSpecError(ValueError):
+    """A --backend-spec that names no importable backends; the message says which part failed."""
+
+
 def load_spec(spec: str) -> list[Backend]:
     """Backends named by 'package.module:attr' (a Backend, a class, or a callable returning them)."""
     module_name, _, attr = spec.partition(":")
-    if not attr:
-        raise ValueError(f"--backend {spec!r}: expected 'package.module:attr'")
-    obj = getattr(importlib.import_module(module_name), attr)
-    return _as_backends(obj)
+    if not attr or not module_name:
+        raise BackendSpecError(f"--backend-spec {spec!r}: expected 'package.module:attr'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # the user's module: any import failure is theirs to see, in one line
+        raise BackendSpecError(f"--backend-spec {spec!r}: cannot import {module_name}: {type(e).__name__}: {e}") from None
+    if not hasattr(module, attr):
+        raise BackendSpecError(f"--backend-spec {spec!r}: {module_name} has no attribute {attr!r}")
+    try:
+        return _as_backends(getattr(module, attr))
+    except TypeError as e:
+        raise BackendSpecError(f"--backend-spec {spec!r}: {e}") from None
 
 
 def _as_backends(obj) -> list[Backend]:

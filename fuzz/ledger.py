@@ -28,6 +28,11 @@ class Finding:
 
         return self.symptom is None or re.search(self.symptom, message or "") is not None
 
+    def explains_row(self, row: dict) -> bool:
+        """Whether every symptom of a failing row is this finding: a second symptom makes it new."""
+        symptoms = row.get("symptoms") or [{"message": row.get("message", "")}]
+        return all(self.explains(s.get("message", "")) for s in symptoms)
+
 
 def _has_empty_side(case: Case) -> bool:
     return any(q == 0 or k == 0 for q, k in zip(case.query_lens, case.kv_lens))

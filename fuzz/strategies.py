@@ -35,6 +35,46 @@ class Limits:
     attn_types: tuple[str, ...] | None = None  # e.g. ("kernel",): the raw-API region only
 
 
+class LimitsError(ValueError):
+    """A --limits value outside what Limits takes; the message names the key and what is allowed."""
+
+
+def limits_from_json(text: str) -> Limits:
+    """Limits from the JSON of --limits, every key and value checked (one-line errors)."""
+    import json
+    from dataclasses import fields
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise LimitsError(f"--limits: not JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                          f"e.g. '{{\"max_context\": 200}}'") from None
+    if not isinstance(data, dict):
+        raise LimitsError(f"--limits: a JSON object of Limits fields, got {type(data).__name__}")
+    known = {f.name: f for f in fields(Limits)}
+    for key, value in data.items():
+        if key not in known:
+            raise LimitsError(f"--limits: unknown key {key!r}; allowed: {', '.join(sorted(known))}")
+        allowed = _LIMIT_VALUES.get(key)
+        if allowed is None:  # a size bound
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key.startswith("min") else 1):
+                raise LimitsError(f"--limits: {key}={value!r}: an integer >= {0 if key.startswith('min') else 1}")
+            continue
+        if not isinstance(value, list) or not value:
+            raise LimitsError(f"--limits: {key}={value!r}: a non-empty list, e.g. {allowed[:2]}")
+        bad = [v for v in value if v not in allowed] if key != "head_sizes" else \
+            [v for v in value if not isinstance(v, int) or isinstance(v, bool) or v < 1]
+        if bad:
+            what = "integers >= 1" if key == "head_sizes" else f"values from {allowed}"
+            raise LimitsError(f"--limits: {key} has {bad[0]!r}; allowed: {what}")
+        data[key] = tuple(value)
+    return Limits(**data)
+
+
+_LIMIT_VALUES = {"dtypes": [d.value for d in DType], "kv_cache_dtypes": [k.value for k in KVCacheDType],
+                 "attn_types": [t.value for t in AttentionType], "head_sizes": []}
+
+
 def _focus(declared, wanted, key=lambda x: x):
     """Sorted declared values, narrowed to `wanted` when that leaves any."""
     declared = sorted(declared, key=key)

@@ -43,7 +43,7 @@ def test_unknown_backend_lists_the_known_ones():
 
 
 def test_cli_backends_prints_every_backend_with_availability():
-    out = subprocess.run([sys.executable, "-m", "fuzz.cli", "backends"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "cli", "backends"], capture_output=True, text=True, check=True).stdout
     for name in ("torch-sdpa-math", "torch-sdpa-cpu-flash", "flex", "aten-flash-varlen", "torch-sdpa-cudnn"):
         assert name in out
     assert "unavailable: no CUDA device" in out or "available" in out

@@ -57,5 +57,17 @@ class StickyError(_Misbehaves):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 
+class Slow(NaivePaged):
+    """The correct kernel, 50 ms a call: campaigns long enough to interrupt."""
+
+    def __init__(self):
+        super().__init__()
+        self.name = "test-slow"
+
+    def run(self, inputs):
+        time.sleep(0.05)
+        return super().run(inputs)
+
+
 def all_crashy():
-    return [Segfaults(), Hangs(), StickyError()]
+    return [Segfaults(), Hangs(), StickyError(), Slow()]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fuzz.campaign import append_row
+from campaign.store import RowStore
 from reports.build import build_report, load_rows, tolerance_table
 
 VERDICTS = ["pass", "blind", "unsupported", "mismatch", "nan", "contract", "crash", "timeout"]
@@ -17,9 +17,9 @@ MARKUP = "<script>alert('x')</script>"
 
 
 def _synthetic(out: Path) -> None:
-    (out / "cases").mkdir(parents=True)
+    store = RowStore(out)
     for i, v in enumerate(VERDICTS * 3):
-        append_row(out, {"backend": f"b{i % 2}", "verdict": v, "phase": "generate", "dtype": "bfloat16",
+        store.append({"backend": f"b{i % 2}", "verdict": v, "phase": "generate", "dtype": "bfloat16",
                          "kv_cache_dtype": "auto", "features": "gqa,window" if i % 3 else "", "attn_type": "decoder",
                          "case": json.dumps({"note": MARKUP}), "message": f"{v} {MARKUP}", "error_ratio": 0.1 * (i + 1),
                          "max_err": 0.01 * i, "limit": 0.05})

@@ -1,0 +1,283 @@
+"""Failure buckets: one bug, one bucket, shrunk once.
+
+A failing row's signature is (backend, verdict, symptom, features of its case). Its coarse key
+(backend, verdict, symptom) is what shrinking keeps: a shrink only accepts smaller cases that
+still show that symptom. The minimal case's signature names the bucket. A bucket *covers* a later
+failure of the same backend that shows one of the symptoms its minimal case shows (one bug often
+breaks output and LSE together) and has at least the minimal case's features (a window bug's
+minimal case has `window`; every later failure of that bug has it too): covered failures are
+counted, not shrunk, and join the most general bucket covering them. A shrink that ends inside an
+existing bucket merges into it. Features are compared by family (fp8 e4m3 / e5m2 are one
+dequantization path), without the incidental `context`.
+
+`Buckets` is the live state a campaign consults for each row (no I/O, tested by calling it);
+`assign` recomputes the same buckets from a finished campaign's rows for the reports.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from enum import Enum
+
+FAILURES = ("mismatch", "nan", "contract", "crash", "timeout")
+
+
+def crash_class(message: str) -> str:
+    """The exception type and first words of a crash message, numbers and addresses masked."""
+    first = (message or "").strip().splitlines()[0] if message else ""
+    first = re.sub(r"0x[0-9a-fA-F]+", "0x#", first)
+    first = re.sub(r"\d+(\.\d+)?", "#", first)
+    return first[:90]
+
+
+def symptom(row: dict) -> str:
+    """The row's main symptom: what is wrong, not by how much."""
+    verdict = row.get("verdict")
+    if verdict == "timeout":
+        return "timeout"
+    if verdict == "crash":
+        return crash_class(row.get("message", ""))
+    kind = row.get("symptom") or verdict or ""
+    return "output" if kind == "output-mean" else kind  # a broad shift under the max limit: still the output
+
+
+@dataclass(frozen=True)
+class Signature:
+    backend: str
+    verdict: str
+    symptom: str
+    features: frozenset[str]
+
+    @property
+    def coarse(self) -> tuple[str, str, str]:
+        return (self.backend, self.verdict, self.symptom)
+
+    @property
+    def bucket_id(self) -> str:
+        text = "|".join([*self.coarse, ",".join(sorted(self.features))])
+        return "b-" + hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+# Features a minimal case may carry without the bug needing them: hypothesis' simplest sequence is a
+# decode, which has cached context, so "context" says nothing about the bug.
+INCIDENTAL = frozenset({"context"})
+# One code path, several spellings: fp8 e4m3 / e5m2 caches share a kernel's dequantization, so do the
+# two int8 modes.
+FAMILY = {"kv_fp8_e4m3": "kv_fp8", "kv_fp8_e5m2": "kv_fp8", "kv_int8_kv": "kv_int8", "kv_int8_k_fp16_v": "kv_int8"}
+
+
+def features_of(row: dict) -> frozenset[str]:
+    names = (f for f in (row.get("features") or "").split(",") if f)
+    return frozenset(FAMILY.get(f, f) for f in names) - INCIDENTAL
+
+
+def row_symptoms(row: dict) -> frozenset[tuple[str, str]]:
+    """Every (verdict, symptom) a row shows (a mean-only output mismatch counts as an output one)."""
+    listed = row.get("symptoms")
+    pairs = [(s["verdict"], s["symptom"]) for s in listed] if listed else [(str(row.get("verdict")), symptom(row))]
+    return frozenset((v, "output" if k == "output-mean" else k) for v, k in pairs)
+
+
+def signature(row: dict) -> Signature:
+    """A row's signature; a minimal row is filed under the symptom its shrink kept (`bucket_symptom`)."""
+    if row.get("bucket_symptom"):
+        verdict, kind = row["bucket_symptom"]
+        return Signature(str(row.get("backend")), verdict, kind, features_of(row))
+    return Signature(str(row.get("backend")), str(row.get("verdict")), symptom(row), features_of(row))
+
+
+def covers(bucket: "Bucket", row: dict) -> bool:
+    """Whether a bucket explains a failing row: same backend, a symptom its minimal case shows (one bug
+    often breaks output and LSE together), and at least the minimal case's features."""
+    sig = bucket.signature
+    shown = {(sig.verdict, sig.symptom)}
+    if bucket.minimal is not None:
+        shown |= row_symptoms(bucket.minimal)
+    return sig.backend == row.get("backend") and bool(shown & row_symptoms(row)) and sig.features <= features_of(row)
+
+
+def is_new_failure(row: dict) -> bool:
+    """A failure no ledger entry explains."""
+    return row.get("verdict") in FAILURES and not row.get("known_issue")
+
+
+def shrinkable(row: dict) -> bool:
+    """A failure that another worker can draw again and shrink: not one that killed or poisoned its process."""
+    return row.get("verdict") != "timeout" and not row.get("worker_died") and not row.get("sticky")
+
+
+class Decision(Enum):
+    IGNORE = "ignore"  # not a new failure
+    COUNT = "count"  # covered by a bucket (or one being shrunk): counted, not shrunk
+    SHRINK = "shrink"  # a new kind of failure: shrink it
+    SAVE = "save"  # a new kind of failure that cannot be shrunk (crash of the process, timeout): save as is
+
+
+@dataclass
+class Bucket:
+    signature: Signature
+    minimal: dict | None = None  # the minimal row (None: not shrunk, e.g. a timeout saved as found)
+    count: int = 0
+    first_seen: float | None = None
+    examples: list[str] = field(default_factory=list)  # a few rows' example ids
+
+    @property
+    def id(self) -> str:
+        return self.signature.bucket_id
+
+
+class Buckets:
+    """Live bucket state of one campaign: decides, row by row, what is shrunk and what is counted."""
+
+    def __init__(self, per_bucket: int = 1, keep_examples: int = 3) -> None:
+        self.per_bucket = per_bucket
+        self.keep_examples = keep_examples
+        self.buckets: dict[str, Bucket] = {}
+        self.in_flight: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.shrinks: dict[Signature, int] = defaultdict(int)  # shrinks started per raw signature
+        self.deferred: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+
+    def covering(self, row: dict) -> Bucket | None:
+        """The most general bucket that covers a failing row (fewest features: the bug's core), if any."""
+        return _most_general([b for b in self.buckets.values() if covers(b, row)])
+
+    def observe(self, row: dict) -> Decision:
+        """Decide what to do with a generated row; counts it into its bucket when one covers it."""
+        if not is_new_failure(row):
+            return Decision.IGNORE
+        sig = signature(row)
+        bucket = self.covering(row)
+        if bucket is not None:
+            self._count(bucket, row)
+            return Decision.COUNT
+        if not shrinkable(row):  # cannot be drawn again in a live process: its bucket's case, as found
+            bucket = self.buckets.setdefault(sig.bucket_id, Bucket(sig))
+            self._count(bucket, row)
+            return Decision.SAVE if bucket.minimal is None and bucket.count == 1 else Decision.COUNT
+        if self.in_flight[sig.coarse] >= self.per_bucket or self.shrinks[sig] >= self.per_bucket:
+            # decided when the shrink in flight ends; or its K shrinks ended in buckets that do not
+            # cover it: grouped with its symptom's other leftovers at the end (`leftovers`)
+            self.deferred[sig.coarse].append(row)
+            return Decision.COUNT
+        self.shrinks[sig] += 1
+        self.in_flight[sig.coarse] += 1
+        return Decision.SHRINK
+
+    def known_minimal(self, row: dict) -> Bucket:
+        """Register a minimal case found before (a resumed campaign, a replayed saved case)."""
+        sig = signature(row)
+        bucket = self.buckets.setdefault(sig.bucket_id, Bucket(sig, first_seen=row.get("t")))
+        if bucket.minimal is None:
+            bucket.minimal = row
+        return bucket
+
+    def observe_unshrunk(self, row: dict) -> Bucket:
+        """A failure whose shrink found nothing to keep: it is its own bucket's case, as found."""
+        sig = signature(row)
+        bucket = self.buckets.setdefault(sig.bucket_id, Bucket(sig))
+        self._count(bucket, row)
+        return bucket
+
+    def shrunk(self, coarse: tuple[str, str, str], minimal: dict | None,
+               origin: dict | None = None) -> tuple[Bucket | None, bool, list[dict]]:
+        """A shrink of `coarse` (started from the failure `origin`) ended with `minimal` (None: it
+        found nothing to keep).
+
+        Returns (its bucket, whether that bucket is new, deferred rows that still need a shrink).
+        The origin and the deferred rows the bucket covers are counted into it.
+        """
+        self.in_flight[coarse] = max(0, self.in_flight[coarse] - 1)
+        bucket, new = None, False
+        if minimal is not None:
+            sig = signature(minimal)
+            bucket = self.buckets.get(sig.bucket_id) or self.covering(minimal)  # the same bug, found before
+            new = bucket is None
+            if new:
+                bucket = self.buckets[sig.bucket_id] = Bucket(sig, minimal=minimal, first_seen=minimal.get("t"))
+            elif bucket.minimal is None:
+                bucket.minimal = minimal
+        waiting, still = ([origin] if origin is not None else []) + self.deferred.pop(coarse, []), []
+        for row in waiting:
+            covering = self.covering(row)
+            if covering is not None:
+                self._count(covering, row)
+            else:
+                still.append(row)
+        return bucket, new, still
+
+    def leftovers(self, queued: list[dict] = ()) -> list[dict]:
+        """At the campaign's end: failures whose shrink never ran (`queued`, and those held back for a
+        shrink that did not cover them). Per (backend, verdict, symptom), the one with the fewest
+        features is kept as found and names one bucket that counts the rest; returns those kept."""
+        groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+        for row in [*queued, *(r for rows in self.deferred.values() for r in rows)]:
+            if self.covering(row) is None:
+                groups[signature(row).coarse].append(row)
+        self.deferred.clear()
+        kept = []
+        for rows in groups.values():
+            first = min(rows, key=lambda r: (len(features_of(r)), r.get("t") or 0))
+            bucket = self.buckets.setdefault(signature(first).bucket_id, Bucket(signature(first)))
+            for row in rows:
+                self._count(bucket, row)
+            if bucket.minimal is None:
+                kept.append(first)
+        return kept
+
+    def _count(self, bucket: Bucket, row: dict) -> None:
+        bucket.count += 1
+        if bucket.first_seen is None or (row.get("t") or 0) < bucket.first_seen:
+            bucket.first_seen = row.get("t")
+        if len(bucket.examples) < self.keep_examples and row.get("example_id"):
+            bucket.examples.append(row["example_id"])
+
+    def summary(self) -> list[Bucket]:
+        return sorted(self.buckets.values(), key=lambda b: (b.signature.backend, -b.count))
+
+
+def _most_general(found: list[Bucket]) -> Bucket | None:
+    return min(found, key=lambda b: (len(b.signature.features), b.id)) if found else None
+
+
+def assign(rows: list[dict]) -> tuple[dict[str, Bucket], list[str | None]]:
+    """Buckets of a finished campaign, recomputed from its rows, and each row's bucket id.
+
+    Minimal rows define buckets (merged when their signatures are equal); each new failing
+    generated row joins the most general bucket covering it; the rest are grouped per (backend,
+    verdict, symptom) under the one with the fewest features, as the live `Buckets.leftovers` does.
+    """
+    buckets: dict[str, Bucket] = {}
+    for r in rows:
+        if r.get("phase") == "minimal" and is_new_failure(r) and not r.get("merged_into"):
+            sig = signature(r)
+            b = buckets.setdefault(sig.bucket_id, Bucket(sig, minimal=r))
+            if b.minimal is None or (r.get("case_file") and not b.minimal.get("case_file")):
+                b.minimal = r
+    shrunk = list(buckets.values())
+    failing = [r for r in rows if r.get("phase") in ("generate", "replay") and is_new_failure(r)]
+    home: dict[int, Bucket] = {}
+    uncovered: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in failing:
+        found = _most_general([b for b in shrunk if covers(b, r)])
+        if found is not None:
+            home[id(r)] = found
+        else:
+            uncovered[signature(r).coarse].append(r)
+    for group in uncovered.values():
+        first = min(group, key=lambda r: (len(features_of(r)), r.get("t") or 0))
+        b = buckets.setdefault(signature(first).bucket_id, Bucket(signature(first)))
+        for r in group:
+            home[id(r)] = b
+    ids: list[str | None] = []
+    for r in rows:
+        b = home.get(id(r))
+        if b is not None:
+            b.count += 1
+            if b.first_seen is None or (r.get("t") or 0) < b.first_seen:
+                b.first_seen = r.get("t")
+            if len(b.examples) < 3 and r.get("example_id"):
+                b.examples.append(r["example_id"])
+        ids.append(b.id if b else None)
+    return buckets, ids

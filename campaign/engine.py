@@ -1,0 +1,403 @@
+"""The campaign driver: owns the row store, the buckets and the scheduler; workers do the rest.
+
+One event loop, whatever the plumbing (local processes or Ray actors): read worker messages,
+write rows, decide shrinks, notice dead and hung workers (a crash / timeout row for the case in
+their last heartbeat, then a fresh worker), hand out tasks, stop at the deadline or on SIGINT /
+SIGTERM. On an interrupt every worker is stopped, the rows already computed are written, and the
+campaign returns a status a shell can read (130 / 143); `--resume` continues it exactly.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from .buckets import Buckets, Decision, is_new_failure, signature
+from .progress import Progress
+from .scheduler import Scheduler
+from .store import RowStore, read_rows, resume_state, saved_cases
+from .tasks import Task, TaskKind, WorkerConfig
+from .worker import STICKY_EXIT
+
+EXIT_CLEAN, EXIT_NEW_FAILURES, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
+
+
+@dataclass
+class CampaignConfig:
+    out: Path
+    backends: list[str]
+    examples: int | None = 200  # per backend; None: until `seconds` run out
+    seconds: float | None = None  # for the whole campaign, backends side by side
+    seed: int = 0
+    example_timeout: float = 120.0
+    specs: tuple[str, ...] = ()
+    resume: bool = False
+    limits: dict = field(default_factory=dict)
+    workers: int | str = 1  # per GPU (every visible GPU), or in all on a machine without one; "auto"
+    shard_size: int | None = None  # None: from the budget and the number of workers
+    shrink_per_bucket: int = 1
+    shrink_seconds: float = 20.0
+    oracle_cpu_max: int | None = None  # None: fuzz.compare.ORACLE_CPU_MAX
+    replay_saved: bool = True  # run the minimal cases in out/cases/ first
+    ray_address: str | None = None  # None: local processes; "" / "local": a local Ray; else a cluster
+    use_ray: bool = False
+    progress: bool = True
+
+
+@dataclass
+class CampaignResult:
+    rows: list[dict]
+    buckets: list
+    status: int
+    interrupted: int | None = None  # the signal that stopped the campaign
+    harness_errors: list[str] = field(default_factory=list)
+
+
+class Plumbing(Protocol):
+    """Turns workers (processes, actors) into events; see campaign.pool and campaign.ray_pool."""
+
+    slots: int
+
+    def start(self, wid: int, slot: int) -> None: ...
+    def assign(self, wid: int, task: Task, deadline: float | None) -> None: ...
+    def poll(self, timeout: float) -> list[tuple]: ...  # ("msg", wid, dict) | ("exit", wid, status, output)
+    def stop(self, wid: int) -> None: ...
+    def kill(self, wid: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class Driver:
+    def __init__(self, cfg: CampaignConfig, plumbing: Plumbing, worker_config: WorkerConfig) -> None:
+        self.cfg, self.plumbing, self.wcfg = cfg, plumbing, worker_config
+        earlier = read_rows(cfg.out) if cfg.resume else []
+        self.store = RowStore(cfg.out, resume=cfg.resume)
+        done, self.run_no = resume_state(earlier)
+        workers = plumbing.slots
+        shard = cfg.shard_size or (100 if cfg.examples is None else
+                                   max(10, min(100, math.ceil(cfg.examples * len(cfg.backends) / workers))))
+        replays = saved_cases(cfg.out, cfg.backends) if cfg.replay_saved else {}
+        self.scheduler = Scheduler(cfg.backends, examples=cfg.examples, shard_size=shard, done=done,
+                                   replays=replays, max_shrinking=max(1, workers // 4))
+        self.buckets = Buckets(per_bucket=cfg.shrink_per_bucket)
+        for row in earlier:  # a resumed campaign keeps what it knew of its buckets
+            if row.get("phase") == "minimal" and is_new_failure(row):
+                self.buckets.known_minimal(row)
+        self.progress = Progress(enabled=cfg.progress)
+        self.beats: dict[int, dict] = {}
+        self.slot_of: dict[int, int] = {}
+        self.stopping: set[int] = set()  # asked to stop: their exit is expected
+        self.timed_out: set[int] = set()
+        self.origins: dict[tuple, dict] = {}  # (backend, shard, index) -> the row a shrink started from
+        self.shrinking: dict[int, Task] = {}
+        self.harness_errors: list[str] = []
+        self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
+        self.errored: set[int] = set()
+        self.restarts = 0
+        self.next_wid = 0
+
+    # --- rows -----------------------------------------------------------------------------------
+    def _write(self, row: dict, wid: int | None = None) -> None:
+        row.setdefault("run", self.run_no)
+        if wid is not None:
+            row.setdefault("worker", wid)
+        self.store.append(row)
+        bucket = row.get("bucket")
+        self.progress.row(row, bucket)
+
+    def _save_unshrunk(self, row: dict, note: str) -> None:
+        """A failure kept as found (its process died, it hung, or the campaign ended before its shrink)."""
+        bucket = self.buckets.covering(row)
+        stem = f"{row['backend']}-{hashlib.sha1(str(row['case']).encode()).hexdigest()[:10]}"
+        payload = {"backend": row["backend"], "verdict": row["verdict"], "case": _json(row["case"]),
+                   "row": {k: v for k, v in row.items() if k != "case"}}
+        path = self.store.write_case(stem, payload, None)
+        minimal = dict(row, phase="minimal", case_file=path, note=note, t=time.time())
+        if bucket is not None:
+            minimal["bucket"] = bucket.id
+            if bucket.minimal is None:
+                bucket.minimal = minimal
+        self._write(minimal)
+
+    def _on_row(self, wid: int, row: dict) -> None:
+        self.beats.pop(wid, None)
+        phase = row.get("phase")
+        if phase == "generate":
+            self.scheduler.example_done(row["backend"], row["shard"], row["index"])
+            decision = self.buckets.observe(row)
+            bucket = self.buckets.covering(row) if decision != Decision.IGNORE else None
+            if bucket is not None:
+                row["bucket"] = bucket.id
+            self._write(row, wid)
+            self._act(row, decision)
+            return
+        if phase == "shrink":
+            self.scheduler.shrink_example_done()
+        if phase == "replay" and is_new_failure(row):
+            bucket = self.buckets.known_minimal(row)
+            row["bucket"] = bucket.id
+        self._write(row, wid)
+
+    def _act(self, row: dict, decision: Decision) -> None:
+        """Queue a shrink of a new kind of failure, or save one that cannot be shrunk as found."""
+        if decision == Decision.SHRINK:
+            self.origins[(row["backend"], row["shard"], row["index"])] = row
+            self.scheduler.add(Task(TaskKind.SHRINK, row["backend"], shard=row["shard"], size=row["shard_size"],
+                                    target=row["index"], signature=signature(row).coarse))
+        elif decision == Decision.SAVE and not row.get("sticky"):  # a sticky worker sends its own case
+            self._save_unshrunk(row, "not shrunk: " + ("it hung" if row["verdict"] == "timeout" else "its process died"))
+
+    def _on_minimal(self, wid: int, msg: dict) -> None:
+        self.beats.pop(wid, None)
+        row = msg.get("row")
+        task = self.shrinking.get(wid)
+        if msg.get("signature") is None:  # a sticky error: the worker's case, with its tensors
+            bucket = self.buckets.covering(row)
+            if bucket is not None and bucket.minimal is None:
+                row["case_file"] = self.store.write_case(msg["stem"], msg["payload"], msg.get("tensors"))
+                bucket.minimal = row
+            row["bucket"] = bucket.id if bucket else None
+            self._write(row, wid)
+            return
+        coarse = tuple(msg["signature"])
+        origin = self.origins.pop((task.backend, task.shard, task.target), None) if task else None
+        bucket, new, still = self.buckets.shrunk(coarse, row, origin if row is not None else None)
+        if row is None:
+            if origin is not None:
+                self.buckets.observe_unshrunk(origin)
+                self._save_unshrunk(origin, msg.get("note", "not shrunk"))
+        else:
+            row["bucket"] = bucket.id
+            if new:
+                row["case_file"] = self.store.write_case(msg["stem"], msg["payload"], msg.get("tensors"))
+            else:
+                row["merged_into"] = bucket.id  # the same bug as a bucket found before: no second case file
+            self._write(row, wid)
+        for waiting in still:  # failures a shrink in flight held back, which its minimal case does not cover
+            self._act(waiting, self.buckets.observe(waiting))
+
+    def _on_exit(self, wid: int, status: int, output: str) -> None:
+        beat = self.beats.pop(wid, None)
+        task = self.scheduler.worker_lost(wid)
+        self.shrinking.pop(wid, None)
+        slot = self.slot_of.pop(wid, 0)
+        expected = wid in self.stopping
+        self.stopping.discard(wid)
+        if expected and beat is None:
+            return
+        if status != STICKY_EXIT and beat is not None:
+            timed_out = wid in self.timed_out
+            verdict = "timeout" if timed_out else "crash"
+            message = (f"no result within {self.cfg.example_timeout:.0f}s; worker killed" if timed_out else
+                       f"worker died (exit {status}) while running this case")
+            phase = {TaskKind.SHRINK: "shrink", TaskKind.REPLAY: "replay"}.get(task.kind if task else None, "generate")
+            row = {"backend": beat["backend"], "phase": phase, "verdict": verdict, "symptom": verdict,
+                   "case": beat["case"], "message": message, "worker_died": True, "worker_output": output[-3000:],
+                   "shard": beat.get("shard"), "index": beat.get("index"), "shard_size": beat.get("shard_size"),
+                   "t": time.time()}
+            if phase == "generate":
+                row["example_id"] = f"{beat['backend']}/{beat.get('shard')}/{beat.get('index')}"
+                self._on_row(wid, row)
+            else:
+                self._write(row, wid)
+                if task is not None and task.kind == TaskKind.SHRINK:
+                    self._on_minimal(wid, {"row": None, "signature": list(task.signature),
+                                           "note": "not shrunk: its process died while shrinking"})
+        elif status != STICKY_EXIT and self.started_cases.get(wid, 0) == 0 and not expected and wid not in self.errored:
+            name = task.backend if task else "?"
+            self.harness_errors.append(f"worker for {name} died (exit {status}) before running a case:\n{output[-2000:]}")
+            if task is not None:
+                self.scheduler.give_up(task.backend, "its worker cannot start")
+        self.timed_out.discard(wid)
+        if not self.scheduler.stopped and self.restarts < 50 + 10 * self.plumbing.slots:
+            self.restarts += 1
+            self._start(slot)
+
+    # --- loop -----------------------------------------------------------------------------------
+    def _start(self, slot: int) -> None:
+        wid = self.next_wid
+        self.next_wid += 1
+        self.slot_of[wid] = slot
+        self.started_cases[wid] = 0
+        self.plumbing.start(wid, slot)
+
+    def _handle(self, event: tuple) -> None:
+        if event[0] == "exit":
+            self._on_exit(event[1], event[2], event[3])
+            return
+        _, wid, msg = event
+        kind = msg.get("type")
+        if kind == "ready":
+            self.scheduler.add_worker(wid)
+        elif kind == "beat":
+            self.beats[wid] = msg
+            self.started_cases[wid] = self.started_cases.get(wid, 0) + 1
+        elif kind == "row":
+            self._on_row(wid, msg["row"])
+        elif kind == "minimal":
+            self._on_minimal(wid, msg)
+        elif kind == "done":
+            self.beats.pop(wid, None)
+            self.shrinking.pop(wid, None)
+            if wid in self.stopping:
+                return
+            self.scheduler.task_done(wid, exhausted=bool(msg.get("exhausted")))
+        elif kind == "error":  # the worker could not build its backend: a harness error, not a finding
+            self.errored.add(wid)
+            self.harness_errors.append(msg.get("message", ""))
+            self.scheduler.give_up(msg.get("backend", "?"), msg.get("message", ""))
+            self.scheduler.task_done(wid)
+
+    def _check_hangs(self) -> None:
+        now = time.time()
+        for wid, beat in list(self.beats.items()):
+            if wid not in self.timed_out and now - beat["started"] > self.cfg.example_timeout:
+                self.timed_out.add(wid)
+                self.plumbing.kill(wid)
+
+    def _stop_all(self) -> None:
+        self.scheduler.stop()
+        for wid in list(self.slot_of):
+            if wid not in self.stopping:
+                self.stopping.add(wid)
+                self.plumbing.stop(wid)
+
+    def run(self) -> CampaignResult:
+        interrupted = {"signal": None}
+
+        def on_signal(signum, frame):
+            interrupted["signal"] = signum
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        deadline = None if self.cfg.seconds is None else time.time() + self.cfg.seconds
+        grace_until = None
+        try:
+            for slot in range(self.plumbing.slots):
+                self._start(slot)
+            while True:
+                for event in self.plumbing.poll(0.2):
+                    self._handle(event)
+                self._check_hangs()
+                now = time.time()
+                if interrupted["signal"] is not None and grace_until is None:
+                    self._stop_all()
+                    grace_until = now + 3.0
+                elif deadline is not None and now >= deadline and grace_until is None:
+                    self._stop_all()
+                    grace_until = now + min(self.cfg.example_timeout, 30.0)
+                if grace_until is not None and (not self.slot_of or now >= grace_until):
+                    break
+                if grace_until is None:
+                    for wid, task in self.scheduler.schedule():
+                        if task.kind == TaskKind.SHRINK:
+                            self.shrinking[wid] = task
+                        self.plumbing.assign(wid, task, deadline)
+                    if self.scheduler.finished:
+                        self._stop_all()
+                        grace_until = now + 5.0
+                self.progress.tick()
+        finally:
+            for wid in list(self.slot_of):  # stragglers past the grace period
+                self.plumbing.kill(wid)
+            for event in self.plumbing.poll(0.5):  # rows they sent before dying are still written
+                if event[0] == "msg" and event[2].get("type") in ("row", "minimal"):
+                    self._handle(event)
+            self.plumbing.close()
+            for s, h in previous.items():
+                signal.signal(s, h)
+        cut_off = "not shrunk: the campaign ended before its shrink ran"
+        for row in self.buckets.leftovers(list(self.origins.values())):  # shrinks that never ran
+            self._save_unshrunk(row, cut_off)
+        self.progress.tick(force=True)
+        self.progress.close()
+        self.store.close()
+        return self._result(interrupted["signal"])
+
+    def _result(self, signum: int | None) -> CampaignResult:
+        rows = read_rows(self.cfg.out)
+        this_run = [r for r in rows if r.get("run") == self.run_no]
+        if signum is not None:
+            status = 128 + signum
+        elif self.harness_errors:
+            status = EXIT_HARNESS
+        elif any(is_new_failure(r) for r in this_run if r.get("phase") in ("generate", "replay")):
+            status = EXIT_NEW_FAILURES
+        else:
+            status = EXIT_CLEAN
+        return CampaignResult(rows, self.buckets.summary(), status, signum, self.harness_errors)
+
+
+def _json(text: str) -> dict:
+    import json
+
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return {"unparsed": str(text)}
+
+
+def default_workers(gpus: int, cores: int | None = None, gpu_mem_gib: float | None = None) -> int:
+    """Workers per GPU (or in all, without a GPU) for --workers auto.
+
+    The oracle runs on CPU cores, so workers follow cores: all of them spread over the GPUs; each
+    worker holds a CUDA context and its kernels' workspaces, so at most one per 4 GiB of GPU memory.
+    """
+    cores = cores or os.cpu_count() or 1
+    if gpus == 0:
+        return max(1, cores)
+    per_gpu = max(1, cores // gpus)
+    if gpu_mem_gib:
+        per_gpu = min(per_gpu, max(1, int(gpu_mem_gib // 4)))
+    return per_gpu
+
+
+def run_campaign(cfg: CampaignConfig) -> CampaignResult:
+    """Fuzz cfg.backends with local worker processes (or Ray actors with cfg.use_ray)."""
+    from fuzz.compare import ORACLE_CPU_MAX
+
+    gpus = _visible_gpus()
+    per = cfg.workers if isinstance(cfg.workers, int) else default_workers(gpus, gpu_mem_gib=_gpu_mem_gib())
+    slots = per * max(1, gpus)
+    threads = max(1, (os.cpu_count() or 1) // slots)
+    wcfg = WorkerConfig(seed=cfg.seed, limits=cfg.limits, specs=cfg.specs, threads=threads,
+                        oracle_cpu_max=cfg.oracle_cpu_max if cfg.oracle_cpu_max is not None else ORACLE_CPU_MAX,
+                        shrink_seconds=cfg.shrink_seconds)
+    if cfg.use_ray:
+        from .ray_pool import RayPool
+
+        plumbing = RayPool(wcfg, per_gpu=per, gpus=gpus, address=cfg.ray_address, log_dir=Path(cfg.out) / "logs")
+    else:
+        from .pool import LocalPool
+
+        plumbing = LocalPool(wcfg, slots=slots, gpus=gpus, log_dir=Path(cfg.out) / "logs",
+                             tag=str(Path(cfg.out).resolve()))
+    return Driver(cfg, plumbing, wcfg).run()
+
+
+def _visible_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def _gpu_mem_gib() -> float | None:
+    """GPU 0's memory from nvidia-smi (asking torch would open a CUDA context in the driver)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout.split()
+        return float(out[0]) / 1024 if out else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,82 @@
+"""Units of work a campaign hands to its workers, and the seed every shard is drawn from.
+
+A backend's examples are cut into shards. Shard j of backend b is one hypothesis run seeded by
+`shard_seed(campaign_seed, b, j)`: the same shard always draws the same cases, in the same order,
+on any worker, local or on Ray. That makes three things cheap and exact:
+  - resume: a shard cut off after n examples continues at example n + 1 (the first n are drawn
+    again, not evaluated);
+  - shrinking: example i of shard j is drawn again in any worker and shrunk there, while the
+    worker that found it keeps generating;
+  - the same seeds give the same generated cases and verdicts whatever runs them.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class TaskKind(Enum):
+    GENERATE = "generate"  # examples start+1 .. size of a shard
+    SHRINK = "shrink"  # draw example `target` of a shard again and shrink it while it fails the same way
+    REPLAY = "replay"  # run saved minimal cases first, so a fixed bug shows as fixed
+
+
+@dataclass(frozen=True)
+class Task:
+    kind: TaskKind
+    backend: str
+    shard: int = 0
+    size: int = 0  # examples the shard holds (GENERATE and SHRINK draw the shard with this size)
+    start: int = 0  # GENERATE: examples of the shard already done
+    target: int = 0  # SHRINK: the failing example's index in the shard (1-based)
+    signature: tuple[str, str, str] | None = None  # SHRINK: (backend, verdict, symptom) to keep failing
+    cases: tuple[str, ...] = field(default_factory=tuple)  # REPLAY: saved case JSON texts
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind.value, "backend": self.backend, "shard": self.shard, "size": self.size,
+                "start": self.start, "target": self.target,
+                "signature": list(self.signature) if self.signature else None, "cases": list(self.cases)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Task":
+        return cls(kind=TaskKind(d["kind"]), backend=d["backend"], shard=d["shard"], size=d["size"],
+                   start=d["start"], target=d["target"],
+                   signature=tuple(d["signature"]) if d.get("signature") else None, cases=tuple(d.get("cases") or ()))
+
+    @property
+    def label(self) -> str:
+        if self.kind == TaskKind.GENERATE:
+            return f"{self.backend} shard {self.shard} [{self.start + 1}..{self.size}]"
+        if self.kind == TaskKind.SHRINK:
+            return f"{self.backend} shrink shard {self.shard} example {self.target}"
+        return f"{self.backend} replay {len(self.cases)} saved cases"
+
+
+def shard_seed(campaign_seed: int, backend: str, shard: int) -> int:
+    """A 32-bit seed fixed by (campaign seed, backend, shard); stable across processes and machines."""
+    return zlib.crc32(f"{campaign_seed}/{backend}/{shard}".encode())
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What every worker needs to know, whoever starts it (local pool or Ray)."""
+
+    seed: int = 0  # the campaign's --seed: with backend and shard, fixes every drawn case
+    limits: dict = field(default_factory=dict)  # fuzz.strategies.Limits fields
+    specs: tuple[str, ...] = ()  # --backend-spec modules to load
+    threads: int = 1  # torch CPU threads per worker
+    oracle_cpu_max: int = 1 << 22  # score elements up to which the oracle runs on the CPU (see fuzz.compare)
+    shrink_seconds: float = 20.0  # time one shrink may take before it keeps the smallest case so far
+    shrink_examples: int = 300  # shrink evaluations before the same
+
+    def to_dict(self) -> dict:
+        return {"seed": self.seed, "limits": self.limits, "specs": list(self.specs), "threads": self.threads,
+                "oracle_cpu_max": self.oracle_cpu_max, "shrink_seconds": self.shrink_seconds,
+                "shrink_examples": self.shrink_examples}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "WorkerConfig":
+        return cls(seed=d.get("seed", 0), limits=d.get("limits") or {}, specs=tuple(d.get("specs") or ()), threads=d.get("threads", 1),
+                   oracle_cpu_max=d.get("oracle_cpu_max", 1 << 22), shrink_seconds=d.get("shrink_seconds", 20.0),
+                   shrink_examples=d.get("shrink_examples", 300))

@@ -1,0 +1,264 @@
+"""What a worker does with a task, whatever process or Ray actor it lives in.
+
+A worker keeps its backends (and their compiled kernels) for its whole life, runs one task at a
+time and reports through `send(message)`; it never writes files. Messages (plain dicts):
+  beat     {case, started, backend, shard, index}  before each kernel call: if the process dies or
+           hangs, the driver knows which case did it
+  row      {row}                                   one evaluated example (generate, shrink, replay)
+  minimal  {row, payload, tensors}                 a shrunk (or unshrinkable) failure and its case file
+  done     {exhausted}                             the task ended; exhausted: the shard had no more cases
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+
+from backends.registry import get
+from fuzz.compare import Evaluation, base_row, evaluate
+from fuzz.judge import Verdict
+from fuzz.ledger import known_for
+from fuzz.strategies import Limits, cases
+from reference.case import Case
+
+from .buckets import row_symptoms
+from .store import tensors_b64
+from .tasks import Task, TaskKind, WorkerConfig, shard_seed
+
+STICKY_EXIT = 3  # a worker's exit status after a sticky device error: its rows are sent, start a fresh one
+
+_STICKY = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
+           "an illegal instruction")
+
+
+def sticky_device_error(message: str) -> bool:
+    """CUDA errors after which the process's CUDA context cannot be used again."""
+    return any(s in message for s in _STICKY)
+
+
+class StickyDeviceError(Exception):
+    """Raised after a sticky device error was reported: the process must end (status STICKY_EXIT)."""
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Found(AssertionError):
+    pass
+
+
+def _hypothesis_settings(max_examples: int, phases: list[Phase]) -> settings:
+    return settings(max_examples=max_examples, database=None, deadline=None, derandomize=False, phases=phases,
+                    report_multiple_bugs=False, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+
+
+def case_payload(backend: str, row: dict, evaluation: Evaluation | None) -> tuple[str, dict, str | None]:
+    """(file stem, JSON payload, base64 tensors) of a case file: the case, its verdict and row, and the
+    expected / actual tensors the report draws."""
+    digest = hashlib.sha1(row["case"].encode()).hexdigest()[:10]
+    payload = {"backend": backend, "verdict": row["verdict"], "case": json.loads(row["case"]),
+               "row": {k: v for k, v in row.items() if k != "case"}}
+    tensors = None
+    if evaluation is not None and evaluation.expected is not None:
+        a = evaluation.actual
+        tensors = tensors_b64({
+            "expected_output": evaluation.expected.output.cpu(), "expected_lse": evaluation.expected.lse.cpu(),
+            "actual_output": a.output.detach().cpu() if a is not None else None,
+            "actual_lse": a.lse.detach().cpu() if a is not None and a.lse is not None else None,
+            "query_start_loc": evaluation.inputs.query_start_loc.cpu()})
+    return f"{backend}-{digest}", payload, tensors
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, send: Callable[[dict], None],
+                 should_stop: Callable[[], bool] = lambda: False) -> None:
+        self.config = config
+        self.send = send
+        self.should_stop = should_stop
+        self.limits = Limits(**config.limits)
+        self._backends: dict[str, tuple[Any, Any, frozenset[str]]] = {}
+
+    # --- shared pieces --------------------------------------------------------------------------
+    def _backend(self, name: str):
+        """(backend, strategy, fixed prefix) of `name`, built once per process."""
+        if name not in self._backends:
+            backend = get(name, include_mutants=True, specs=self.config.specs)
+            strategy = cases(backend.caps, self.limits)
+            self._backends[name] = (backend, strategy, self._fixed_prefix(strategy))
+        return self._backends[name]
+
+    @staticmethod
+    def _fixed_prefix(strategy) -> frozenset[str]:
+        """Cases hypothesis draws first whatever the seed (its simplest examples): shard 0 draws them;
+        later shards skip them rather than evaluate them again."""
+        firsts = []
+        for s in (1, 2):
+            drawn: list[str] = []
+            test = _hypothesis_settings(3, [Phase.generate])(seed(s)(given(strategy)(lambda c: drawn.append(c.to_json()))))
+            test()
+            firsts.append(set(drawn))
+        return frozenset(firsts[0] & firsts[1])
+
+    def _evaluate(self, backend, case: Case, where: dict, check_blind: bool = True) -> tuple[dict, Evaluation | None]:
+        known = known_for(backend.name, case)
+        if known is not None and known.crashes:
+            row = base_row(backend, case)
+            row.update(verdict=Verdict.CRASH.value, symptom="crash", known_issue=known.link,
+                       message=f"known crash, not launched: {known.summary}")
+            return row, None
+        self.send({"type": "beat", "case": case.to_json(), "started": time.time(), **where})
+        evaluation = evaluate(backend, case, check_blind=check_blind, oracle_cpu_max=self.config.oracle_cpu_max)
+        row = evaluation.row
+        if known is not None:
+            failing = Verdict(row["verdict"]).is_failure
+            if not failing or known.explains_row(row):
+                row["known_issue"] = known.link
+            if not failing:
+                row["known_fixed"] = True
+        return row, evaluation
+
+    def _over(self, deadline: float | None) -> bool:
+        return (deadline is not None and time.time() >= deadline) or self.should_stop()
+
+    def _report_sticky(self, backend: str, row: dict, evaluation: Evaluation | None) -> None:
+        """The CUDA context is now unusable: every later case here would crash and be blamed. Send this
+        case unshrunk as its bucket's minimal case and end the process."""
+        stem, payload, tensors = case_payload(backend, row, evaluation)
+        self.send({"type": "minimal", "stem": stem, "payload": payload, "tensors": tensors,
+                   "row": dict(row, phase="minimal", t=time.time(),
+                               note="not shrunk: sticky CUDA error (the context is unusable afterwards)")})
+        raise StickyDeviceError(row.get("message", ""))
+
+    def run(self, task: Task, deadline: float | None = None) -> None:
+        """Run one task to its end (or the deadline / a stop request); always ends with a `done` message."""
+        exhausted = False
+        if task.kind == TaskKind.GENERATE:
+            exhausted = self._generate(task, deadline)
+        elif task.kind == TaskKind.SHRINK:
+            self._shrink(task, deadline)
+        else:
+            self._replay(task, deadline)
+        self.send({"type": "done", "exhausted": exhausted})
+
+    # --- tasks ----------------------------------------------------------------------------------
+    def _generate(self, task: Task, deadline: float | None) -> bool:
+        backend, strategy, prefix = self._backend(task.backend)
+        skip = prefix if task.shard > 0 else frozenset()
+        state = {"index": 0, "stopped": False}
+
+        def one(case: Case) -> None:
+            if state["stopped"]:
+                raise _Stop
+            if case.to_json() in skip:
+                return
+            state["index"] += 1
+            i = state["index"]
+            if i > task.size or self._over(deadline):
+                state["stopped"] = True
+                raise _Stop
+            if i <= task.start:
+                return  # done in an earlier run: drawn again to reach the same place, not evaluated
+            where = {"backend": task.backend, "shard": task.shard, "index": i, "shard_size": task.size}
+            row, evaluation = self._evaluate(backend, case, where)
+            row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
+            sticky = row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", ""))
+            if sticky:
+                row["sticky"] = True
+            self.send({"type": "row", "row": row})
+            if sticky:
+                state["stopped"] = state["sticky"] = True  # hypothesis calls once more to report: a no-op
+                self._report_sticky(task.backend, row, evaluation)
+
+        test = _hypothesis_settings(task.size + len(skip), [Phase.generate])(
+            seed(shard_seed(self.config.seed, task.backend, task.shard))(given(strategy)(one)))
+        try:
+            test()
+        except (_Stop, StickyDeviceError):
+            pass
+        if state.get("sticky"):
+            raise StickyDeviceError(task.label)
+        return not state["stopped"] and state["index"] < task.size
+
+    def _shrink(self, task: Task, deadline: float | None) -> None:
+        backend, strategy, prefix = self._backend(task.backend)
+        skip = prefix if task.shard > 0 else frozenset()
+        target = tuple(task.signature) if task.signature else None
+        where = {"backend": task.backend, "shard": task.shard, "index": task.target, "shard_size": task.size}
+        state: dict[str, Any] = {"index": 0, "found": False, "gone": False, "best": None, "evals": 0, "t0": None}
+
+        def one(case: Case) -> None:
+            if state["gone"]:
+                return
+            if not state["found"]:
+                if case.to_json() in skip:
+                    return
+                state["index"] += 1
+                if state["index"] < task.target:
+                    return
+                state["t0"] = time.monotonic()
+            elif (state["evals"] >= self.config.shrink_examples or self._over(deadline)
+                  or time.monotonic() - state["t0"] > self.config.shrink_seconds):
+                return  # out of shrink budget: every candidate now "passes", so hypothesis keeps the best so far
+            row, evaluation = self._evaluate(backend, case, where, check_blind=False)  # failing or not: no pass to doubt
+            state["evals"] += 1
+            row.update(phase="shrink", t=time.time(), shrinking=f"{task.backend}/{task.shard}/{task.target}")
+            self.send({"type": "row", "row": row})
+            if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+                state["gone"] = state["sticky"] = True  # this process's device is unusable from here on
+                return
+            if target is not None and row["backend"] == target[0] and tuple(target[1:]) in row_symptoms(row):
+                state["found"], state["best"] = True, (row, evaluation)
+                raise _Found(row["verdict"])
+            if not state["found"]:
+                state["gone"] = True  # drawn again, it did not fail the same way: nothing to shrink
+
+        test = _hypothesis_settings(task.size + len(skip), [Phase.generate, Phase.shrink])(
+            seed(shard_seed(self.config.seed, task.backend, task.shard))(given(strategy)(one)))
+        try:
+            test()
+        except Exception:  # _Found (shrunk), or hypothesis' flaky report once the budget ran out
+            pass
+        if state.get("sticky") and state["best"] is None:
+            self.send({"type": "minimal", "row": None, "signature": list(target) if target else None,
+                       "note": "not shrunk: a sticky CUDA error while drawing it again"})
+            raise StickyDeviceError(task.label)
+        if state["best"] is None:
+            self.send({"type": "minimal", "row": None, "signature": list(target) if target else None,
+                       "note": f"example {task.target} of shard {task.shard} did not fail the same way when "
+                               f"drawn again (flaky kernel, or a harness change)"})
+            return
+        row, evaluation = state["best"]
+        stem, payload, tensors = case_payload(task.backend, row, evaluation)
+        minimal = dict(row, phase="minimal", t=time.time(), shrink_evaluations=state["evals"], bucket_symptom=target[1:],
+                       example_id=f"{task.backend}/{task.shard}/{task.target}")
+        self.send({"type": "minimal", "row": minimal, "stem": stem, "payload": payload, "tensors": tensors,
+                   "signature": list(target) if target else None})
+        if state.get("sticky"):
+            raise StickyDeviceError(task.label)
+
+    def _replay(self, task: Task, deadline: float | None) -> None:
+        backend, _, _ = self._backend(task.backend)
+        for text in task.cases:
+            if self._over(deadline):
+                return
+            try:
+                case = Case.from_json(text)
+            except (ValueError, TypeError) as e:  # a case file from another version, or edited by hand
+                self.send({"type": "row", "row": {"backend": task.backend, "phase": "replay", "verdict": "unsupported",
+                                                  "message": f"saved case no longer valid: {e}", "case": text,
+                                                  "t": time.time()}})
+                continue
+            where = {"backend": task.backend, "shard": None, "index": None}
+            row, evaluation = self._evaluate(backend, case, where)
+            digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+            row.update(phase="replay", example_id=f"{task.backend}/replay/{digest}", t=time.time(),
+                       fixed=not Verdict(row["verdict"]).is_failure)
+            self.send({"type": "row", "row": row})
+            if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+                row["sticky"] = True
+                self._report_sticky(task.backend, row, evaluation)

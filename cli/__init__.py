@@ -1,0 +1,1 @@
+"""The `attnref` command line (python -m cli)."""

@@ -1,0 +1,174 @@
+"""The verdict on one comparison: every symptom judged and recorded, the most severe one named.
+
+Symptoms are checked independently, so none hides another: a kernel whose empty rows break their
+contract *and* whose rows with keys are far off is reported with both, and its verdict is the
+mismatch (severity: nan > mismatch > contract). Each symptom has a kind (what is wrong, used to
+bucket failures) and a message (by how much).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from reference.attention import Expected
+from reference.inputs import Inputs
+
+from .tolerance import ToleranceRule, limits, rule_for
+
+
+class Verdict(Enum):
+    PASS = "pass"
+    MISMATCH = "mismatch"  # error above the tolerance limit
+    NAN = "nan"  # NaN/Inf where the oracle is finite
+    CONTRACT = "contract"  # a declared contract broken (buffer rows, empty rows, LSE convention)
+    CRASH = "crash"  # the kernel raised, or its worker process died
+    TIMEOUT = "timeout"  # the kernel hung past the per-example limit
+    UNSUPPORTED = "unsupported"  # the backend (or its library) refused the case
+    BLIND = "blind"  # passed, but its tolerance could not see a one-key mask shift: not a pass
+
+    @property
+    def is_failure(self) -> bool:
+        return self in (Verdict.MISMATCH, Verdict.NAN, Verdict.CONTRACT, Verdict.CRASH, Verdict.TIMEOUT)
+
+
+SEVERITY = (Verdict.NAN, Verdict.MISMATCH, Verdict.CONTRACT)  # most severe first
+
+
+@dataclass(frozen=True)
+class Symptom:
+    verdict: Verdict
+    kind: str  # output, output-mean, output-nan, lse, lse-nan, empty-row-output, empty-row-lse, buffer, *-shape
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"verdict": self.verdict.value, "symptom": self.kind, "message": self.message}
+
+
+def record(row: dict[str, Any], symptoms: list[Symptom]) -> None:
+    """Write the verdict (most severe symptom), its kind and message, and every symptom, onto the row."""
+    if not symptoms:
+        row.update(verdict=Verdict.PASS.value, message="", contract="", symptom="", symptoms=[])
+        return
+    main = min(symptoms, key=lambda s: SEVERITY.index(s.verdict))
+    contracts = [s.kind for s in symptoms if s.verdict == Verdict.CONTRACT]
+    row.update(verdict=main.verdict.value, symptom=main.kind, message=main.message,
+               contract=contracts[0] if contracts else "", symptoms=[s.to_dict() for s in symptoms])
+    if len(symptoms) > 1:
+        row["message"] = main.message + " (also: " + "; ".join(s.message for s in symptoms if s is not main) + ")"
+
+
+def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baseline: Expected, actual) -> None:
+    """Fill the row's metrics and verdict from every symptom of `actual` against the oracle."""
+    case = inputs.case
+    exp_out = expected.output
+    if tuple(actual.output.shape) != tuple(exp_out.shape):
+        record(row, [Symptom(Verdict.CONTRACT, "output-shape",
+                             f"output shape {tuple(actual.output.shape)}, expected {tuple(exp_out.shape)}")])
+        return
+    out = actual.output.to(exp_out.device).double()
+    empty = expected.num_visible == 0  # rows that see no key: output must be exactly 0
+    rule = rule_for(case.dtype, case.kv_cache_dtype)
+    lim = limits(rule, exp_out[~empty], baseline.output.double()[~empty], case.dtype.torch, expected.lse)
+    nonempty = (out - exp_out).abs()[~empty]
+    finite = torch.isfinite(nonempty)
+    baseline_err = (baseline.output.double() - exp_out).abs()[~empty]
+    row.update(
+        limit=lim.max_limit, mean_limit=lim.mean_limit, floor=lim.floor,
+        baseline_max_err=float(baseline_err.max()) if nonempty.numel() else 0.0,
+        baseline_mean_err=float(baseline_err.mean()) if nonempty.numel() else 0.0,
+        nan_count=int(out.isnan().sum()), inf_count=int(out.isinf().sum()),
+    )
+    error_metrics(row, out, exp_out, empty, inputs)
+    symptoms: list[Symptom] = []
+    if actual.output_buffer is not None:
+        spill = actual.output_buffer[actual.buffer_rows:]
+        if spill.numel() and not spill.isnan().all():
+            symptoms.append(Symptom(Verdict.CONTRACT, "buffer", f"{int((~spill.isnan()).sum())} elements past row "
+                                                                f"{actual.buffer_rows} of the output buffer were written"))
+    if empty.any():
+        rows = out[empty]
+        if not bool((rows == 0).all()):
+            got = "NaN" if rows.isnan().any() else f"max |out| {float(rows.abs().max()):.3g}"
+            symptoms.append(Symptom(Verdict.CONTRACT, "empty-row-output",
+                                    f"{int(empty.sum())} (token, head) rows see no key; kernel gave {got} instead of 0"))
+    if not bool(finite.all()):
+        symptoms.append(Symptom(Verdict.NAN, "output-nan",
+                                f"{int((~finite).sum())} NaN/Inf elements where the oracle is finite"))
+    finite_max = float(nonempty[finite].max()) if bool(finite.any()) else 0.0
+    if finite_max > lim.max_limit:
+        symptoms.append(Symptom(Verdict.MISMATCH, "output", f"max error {finite_max:.4g} > limit {lim.max_limit:.4g} "
+                                                            f"(baseline {row['baseline_max_err']:.3g})"))
+    finite_mean = float(nonempty[finite].mean()) if bool(finite.any()) else 0.0
+    if finite_mean > lim.mean_limit:
+        symptoms.append(Symptom(Verdict.MISMATCH, "output-mean",
+                                f"mean error {finite_mean:.4g} > mean limit {lim.mean_limit:.4g}"))
+    if actual.lse is not None and caps.lse_base is not None:
+        symptoms += judge_lse(row, caps.empty_row_lse, expected, baseline, actual.lse, empty, rule)
+    record(row, symptoms)
+
+
+def error_metrics(row: dict[str, Any], out: Tensor, exp: Tensor, empty: Tensor, inputs: Inputs) -> None:
+    """max / mean / relative error, RMSE, cosine and the worst element (sequence, token, head, dim)."""
+    diff = (out - exp).abs()
+    d = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
+    d = d.masked_fill(empty[..., None].expand_as(d), 0.0) if empty.any() else d
+    if d.numel() == 0:
+        row.update(max_err=0.0, mean_err=0.0, max_rel_err=0.0, rmse=0.0, cosine=1.0, error_ratio=0.0)
+        return
+    flat = int(torch.argmax(torch.nan_to_num(d, posinf=1e300)))
+    token, head, dim = (flat // (d.shape[1] * d.shape[2]), (flat // d.shape[2]) % d.shape[1], flat % d.shape[2])
+    starts = inputs.query_start_loc.tolist()
+    seq = max(i for i in range(len(starts) - 1) if starts[i] <= token) if len(starts) > 1 else 0
+    fin = torch.isfinite(out) & torch.isfinite(exp)
+    a, e = out[fin], exp[fin]
+    cos = float(torch.nn.functional.cosine_similarity(a.flatten(), e.flatten(), dim=0)) if a.numel() and e.norm() > 0 else 1.0
+    row.update(
+        max_err=float(d.max()), mean_err=float(d[torch.isfinite(d)].mean()) if torch.isfinite(d).any() else math.inf,
+        max_rel_err=float((d / (exp.abs() + 1e-6))[torch.isfinite(d)].max()) if torch.isfinite(d).any() else math.inf,
+        rmse=float(((a - e) ** 2).mean().sqrt()) if a.numel() else 0.0, cosine=cos,
+        worst_seq=seq, worst_token=token - starts[seq], worst_token_flat=token, worst_head=head, worst_dim=dim,
+        worst_expected=float(exp[token, head, dim]), worst_actual=float(out[token, head, dim]),
+    )
+    row["error_ratio"] = row["max_err"] / row["limit"] if row["limit"] > 0 else math.inf
+
+
+def inputs_have_no_sinks(expected: Expected, empty: Tensor) -> bool:
+    """Empty rows have LSE -inf unless a sink lends them its logit."""
+    return bool(torch.isneginf(expected.lse[empty]).all())
+
+
+def judge_lse(row: dict[str, Any], declared_empty: float, expected: Expected, baseline: Expected, actual_lse: Tensor,
+              empty: Tensor, rule: ToleranceRule) -> list[Symptom]:
+    """LSE symptoms: shape, the declared empty-row value, non-finite values, error past the limit."""
+    lse = actual_lse.to(expected.lse.device).double()
+    if tuple(lse.shape) != tuple(expected.lse.shape):
+        return [Symptom(Verdict.CONTRACT, "lse-shape", f"LSE shape {tuple(lse.shape)}, expected {tuple(expected.lse.shape)}")]
+    out: list[Symptom] = []
+    if empty.any() and inputs_have_no_sinks(expected, empty):
+        got = lse[empty]
+        ok = got == declared_empty  # exact, infinities included
+        if not bool(ok.all()):
+            out.append(Symptom(Verdict.CONTRACT, "empty-row-lse",
+                               f"LSE of rows with no key is {float(got[~ok][0]):.4g}, declared {declared_empty}"))
+    rows = ~empty | ~torch.isneginf(expected.lse)
+    e, b, a = expected.lse[rows], baseline.lse.double()[rows], lse[rows]
+    if e.numel() == 0:
+        return out
+    finite = torch.isfinite(a)
+    if not bool(finite.all()):
+        out.append(Symptom(Verdict.NAN, "lse-nan", f"{int((~finite).sum())} NaN/Inf LSE values where the oracle is finite"))
+    err = (a - e).abs()[finite]
+    limit = rule.lse_factor * float((b - e).abs().max()) + rule.lse_floor * max(1.0, float(e.abs().max()))
+    worst = float(err.max()) if err.numel() else 0.0
+    row.update(lse_max_err=worst, lse_limit=limit)
+    if worst > limit:
+        sel = (e.abs() > 0.5) & finite
+        ratio = float((a[sel] / e[sel]).median()) if bool(sel.any()) else float("nan")
+        hint = " (ratio ~1.4427: base-2 LSE declared as natural)" if abs(ratio - 1.4427) < 0.01 else ""
+        out.append(Symptom(Verdict.MISMATCH, "lse", f"LSE max error {worst:.4g} > limit {limit:.4g}{hint}"))
+    return out

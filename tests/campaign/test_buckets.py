@@ -1,0 +1,86 @@
+"""Buckets on rows alone: one bug is one bucket, shrunk once; later hits are counted."""
+from __future__ import annotations
+
+from campaign.buckets import Buckets, Decision, assign, crash_class, signature
+
+
+def _row(features="window", verdict="mismatch", symptom="output", backend="k", index=1, **kw):
+    symptoms = kw.pop("symptoms", [{"verdict": verdict, "symptom": symptom, "message": "m"}])
+    return dict(backend=backend, verdict=verdict, symptom=symptom, features=features, phase="generate",
+                shard=0, index=index, shard_size=10, example_id=f"{backend}/0/{index}", t=float(index),
+                symptoms=symptoms, case="{}", **kw)
+
+
+def test_the_first_failure_is_shrunk_and_the_others_wait_for_it():
+    b = Buckets()
+    assert b.observe(_row("window,gqa", index=1)) == Decision.SHRINK
+    assert b.observe(_row("window,alibi", index=2)) == Decision.COUNT  # held back: a shrink is in flight
+    minimal = dict(_row("window", index=1), phase="minimal", bucket_symptom=("mismatch", "output"))
+    bucket, new, still = b.shrunk(("k", "mismatch", "output"), minimal, origin=_row("window,gqa", index=1))
+    assert new and still == [] and bucket.count == 2  # origin and the held-back one
+    assert b.observe(_row("window,soft_cap", index=3)) == Decision.COUNT and bucket.count == 3
+
+
+def test_a_failure_the_minimal_case_does_not_explain_gets_its_own_shrink():
+    b = Buckets()
+    b.observe(_row("window", index=1))
+    minimal = dict(_row("window", index=1), phase="minimal", bucket_symptom=("mismatch", "output"))
+    b.shrunk(("k", "mismatch", "output"), minimal)
+    assert b.observe(_row("alibi", index=2)) == Decision.SHRINK  # no window: another bug
+    assert b.observe(_row("window", verdict="nan", symptom="output-nan", index=3)) == Decision.SHRINK
+
+
+def test_one_bug_breaking_output_and_lse_is_one_bucket():
+    b = Buckets()
+    both = [{"verdict": "mismatch", "symptom": "output", "message": ""}, {"verdict": "mismatch", "symptom": "lse", "message": ""}]
+    b.observe(_row("kv_fp8_e4m3", index=1, symptoms=both))
+    minimal = dict(_row("kv_fp8_e4m3", index=1, symptoms=both), phase="minimal", bucket_symptom=("mismatch", "output"))
+    b.shrunk(("k", "mismatch", "output"), minimal)
+    lse_only = _row("kv_fp8_e5m2,gqa", symptom="lse", index=2)  # e5m2: the same fp8 dequantization family
+    assert b.observe(lse_only) == Decision.COUNT
+
+
+def test_two_shrinks_ending_at_the_same_case_merge():
+    b = Buckets(per_bucket=1)
+    b.observe(_row("window,gqa", index=1))
+    m1 = dict(_row("window", index=1), phase="minimal", bucket_symptom=("mismatch", "output"))
+    first, new1, _ = b.shrunk(("k", "mismatch", "output"), m1)
+    m2 = dict(_row("window,alibi", index=7), phase="minimal", bucket_symptom=("mismatch", "output"))
+    second, new2, _ = b.shrunk(("k", "mismatch", "output"), m2)
+    assert new1 and not new2 and first is second
+
+
+def test_crashes_that_kill_the_process_are_saved_as_found_once():
+    b = Buckets()
+    r = _row("gqa", verdict="crash", symptom="crash", message="worker died (exit -11)", worker_died=True)
+    assert b.observe(r) == Decision.SAVE
+    assert b.observe(dict(r, index=2)) == Decision.COUNT
+
+
+def test_ledger_failures_and_passes_are_not_bucketed():
+    b = Buckets()
+    assert b.observe(_row(known_issue="https://x")) == Decision.IGNORE
+    assert b.observe(_row(verdict="pass")) == Decision.IGNORE
+
+
+def test_leftovers_keep_one_case_per_symptom():
+    b = Buckets()
+    b.observe(_row("window,gqa", index=1))
+    for i, f in enumerate(["window,alibi", "window", "window,gqa,sinks"], start=2):
+        b.observe(_row(f, index=i))
+    kept = b.leftovers([_row("window,gqa", index=1)])
+    assert [r["features"] for r in kept] == ["window"]
+    assert sum(x.count for x in b.buckets.values()) == 4
+
+
+def test_assign_recomputes_the_live_buckets_from_rows():
+    rows = [_row("window,gqa", index=1), _row("window,alibi", index=2), _row("alibi", index=3),
+            dict(_row("window", index=1), phase="minimal", bucket_symptom=["mismatch", "output"], case_file="c.json")]
+    buckets, ids = assign(rows)
+    window = signature(rows[3]).bucket_id
+    assert ids[:2] == [window, window] and ids[2] != window and ids[3] is None
+    assert buckets[window].count == 2 and buckets[window].minimal["case_file"] == "c.json"
+
+
+def test_crash_classes_ignore_numbers_and_addresses():
+    assert crash_class("RuntimeError: CUDA error at 0x7f00 line 12") == crash_class("RuntimeError: CUDA error at 0xdead line 99")

@@ -1,0 +1,134 @@
+"""Campaigns survive crashing and hanging kernels, keep every row, resume exactly, bucket failures,
+replay saved cases first, and exit with a status a CI job can gate on."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from campaign.engine import CampaignConfig, run_campaign
+from campaign.store import read_rows
+
+SPEC = ("tests.fuzz.crashy:all_crashy",)
+
+
+def _campaign(tmp_path: Path, backends, examples: int, **kw):
+    kw.setdefault("workers", 1)
+    kw.setdefault("progress", False)
+    cfg = CampaignConfig(out=tmp_path, backends=list(backends), examples=examples, specs=SPEC, **kw)
+    return run_campaign(cfg)
+
+
+def _generated(rows):
+    return [r for r in rows if r.get("phase") == "generate"]
+
+
+def test_a_segfaulting_kernel_is_a_crash_row_and_the_campaign_goes_on(tmp_path):
+    result = _campaign(tmp_path, ["test-segfaults"], 6, example_timeout=60)
+    crashes = [r for r in result.rows if r["verdict"] == "crash" and r.get("phase") == "generate"]
+    assert crashes and all(r["case"] and r.get("worker_died") for r in crashes)
+    assert len(_generated(result.rows)) == 6  # the crashed examples count; the shard went on after them
+    saved = [r for r in result.rows if r.get("phase") == "minimal" and r.get("case_file")]
+    assert saved and json.loads(Path(saved[0]["case_file"]).read_text())["replay"].startswith("attnref replay")
+    assert result.status == 1
+
+
+def test_a_sticky_device_error_is_saved_unshrunk_and_a_fresh_worker_goes_on(tmp_path):
+    rows = _campaign(tmp_path, ["test-sticky"], 8, example_timeout=60).rows
+    sticky = [r for r in rows if "illegal memory access" in str(r.get("message"))]
+    assert sticky and any(r.get("phase") == "minimal" and "not shrunk" in r.get("note", "") for r in sticky)
+    assert not any("poisoned earlier" in str(r.get("message")) for r in rows)  # nothing blamed afterwards
+    assert any(r["verdict"] in ("pass", "blind") for r in _generated(rows))
+
+
+def test_a_hanging_kernel_is_a_timeout_row(tmp_path):
+    rows = _campaign(tmp_path, ["test-hangs"], 4, example_timeout=3).rows
+    assert any(r["verdict"] == "timeout" and r.get("phase") == "generate" for r in rows)
+
+
+def test_resume_keeps_rows_and_reaches_the_budget_without_repeating_an_example(tmp_path):
+    first = _campaign(tmp_path, ["torch-naive-paged"], 5, shard_size=4).rows
+    again = _campaign(tmp_path, ["torch-naive-paged"], 9, shard_size=4, resume=True).rows
+    gen = _generated(again)
+    assert len(gen) == 9 and len({r["example_id"] for r in gen}) == 9
+    assert again[: len(first)] == first and {r["run"] for r in gen} == {1, 2}
+
+
+def test_concurrent_workers_write_whole_rows_and_cover_each_example_once(tmp_path):
+    result = _campaign(tmp_path, ["torch-naive-paged", "torch-sdpa-math"], 24, workers=2, shard_size=6)
+    gen = _generated(result.rows)
+    assert Counter(r["backend"] for r in gen) == {"torch-naive-paged": 24, "torch-sdpa-math": 24}
+    assert len({(r["backend"], r["example_id"]) for r in gen}) == 48
+    assert len({r["worker"] for r in gen}) == 2 and result.status == 0
+    lines = (tmp_path / "rows.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)
+
+
+def test_the_same_seed_draws_the_same_cases_whatever_the_number_of_workers(tmp_path):
+    one = _campaign(tmp_path / "one", ["torch-naive-paged"], 16, workers=1, shard_size=4, seed=7).rows
+    two = _campaign(tmp_path / "two", ["torch-naive-paged"], 16, workers=2, shard_size=4, seed=7).rows
+    key = lambda rows: sorted((r["example_id"], r["case"], r["verdict"]) for r in _generated(rows))  # noqa: E731
+    assert key(one) == key(two)
+
+
+def test_a_planted_bug_is_one_bucket_shrunk_once(tmp_path):
+    result = _campaign(tmp_path, ["mutant-window-off-by-one"], 150, workers=2)
+    failures = [r for r in _generated(result.rows) if r["verdict"] == "mismatch"]
+    saved = list((tmp_path / "cases").glob("*.json"))
+    assert len(failures) >= 3 and 1 <= len(saved) <= 3
+    shrink_rows = sum(1 for r in result.rows if r.get("phase") == "shrink")
+    assert shrink_rows < 3 * len(_generated(result.rows))
+    assert result.status == 1
+
+
+def test_saved_minimal_cases_are_replayed_first_and_show_when_fixed(tmp_path):
+    _campaign(tmp_path, ["mutant-lse-base2"], 20)
+    saved = json.loads(next((tmp_path / "cases").glob("*.json")).read_text())
+    saved["backend"] = "torch-naive-paged"  # as if the kernel were fixed: its correct twin replays the case
+    (tmp_path / "cases" / "fixed.json").write_text(json.dumps(saved))
+    result = _campaign(tmp_path, ["torch-naive-paged"], 4)
+    replays = [r for r in result.rows if r.get("phase") == "replay"]
+    assert replays and replays[0]["fixed"] and result.rows[0]["phase"] == "replay"
+
+
+def test_replay_of_a_saved_failure_reproduces_its_verdict(tmp_path):
+    rows = _campaign(tmp_path, ["mutant-lse-base2"], 10).rows
+    minimal = [r for r in rows if r.get("phase") == "minimal" and r.get("case_file")]
+    out = subprocess.run([sys.executable, "-m", "cli", "replay", minimal[0]["case_file"]],
+                         capture_output=True, text=True)
+    assert out.returncode == 1, out.stderr
+    assert json.loads(out.stdout)["verdict"] == minimal[0]["verdict"]
+
+
+def test_rows_survive_a_cut_last_line_and_resume_writes_after_it(tmp_path):
+    (tmp_path / "rows.jsonl").write_text('{"backend": "x", "verdict": "pass"}\n{"backend": "x", "verd')
+    assert read_rows(tmp_path) == [{"backend": "x", "verdict": "pass"}]
+    _campaign(tmp_path, ["torch-naive-paged"], 2, resume=True)
+    rows = read_rows(tmp_path)
+    assert rows[0] == {"backend": "x", "verdict": "pass"} and len(_generated(rows)) == 2
+
+
+def test_exit_status_is_zero_when_clean_one_for_new_failures_two_for_usage(tmp_path):
+    def attnref(*args):
+        return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True)
+
+    clean = attnref("fuzz", "--backend", "torch-sdpa-math", "--examples", "3", "--workers", "1", "--out",
+                    str(tmp_path / "a"), "--quiet")
+    assert clean.returncode == 0, clean.stderr
+    found = attnref("fuzz", "--backend", "mutant-lse-base2", "--mutants", "--examples", "6", "--workers", "1",
+                    "--out", str(tmp_path / "b"), "--quiet")
+    assert found.returncode == 1 and "new failure buckets: 1" in found.stdout and "replay:  attnref replay" in found.stdout
+    usage = attnref("fuzz", "--limits", '{"max_contxt": 5}', "--out", str(tmp_path / "c"))
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1 and "max_context" in usage.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_replay_of_a_cuda_case_without_cuda_says_why_instead_of_raising():
+    case = Path(__file__).parents[2] / "benchmarks/results/cases/flex-flash-cuda-lse-ln2.json"
+    out = subprocess.run([sys.executable, "-m", "cli", "replay", str(case)], capture_output=True, text=True)
+    assert out.returncode == 2 and "unavailable here: no CUDA device" in out.stderr, out.stderr

@@ -1,0 +1,140 @@
+"""The scheduler, driven by its events alone (no process started)."""
+from __future__ import annotations
+
+from campaign.scheduler import Scheduler
+from campaign.tasks import Task, TaskKind, shard_seed
+
+
+def _drain(s: Scheduler, shard_results=None) -> list[Task]:
+    """Run every task to completion, one worker after another; returns the tasks in order."""
+    done = []
+    for _ in range(1000):
+        assigned = s.schedule()
+        if not assigned:
+            break
+        for wid, task in assigned:
+            if task.kind == TaskKind.GENERATE:
+                n = (shard_results or {}).get((task.backend, task.shard), task.size)
+                for i in range(task.start + 1, n + 1):
+                    s.example_done(task.backend, task.shard, i)
+                s.task_done(wid, exhausted=n < task.size)
+            else:
+                s.task_done(wid)
+            done.append(task)
+    return done
+
+
+def test_every_backend_gets_exactly_its_budget_in_shards():
+    s = Scheduler(["a", "b"], examples=250, shard_size=100)
+    for w in range(3):
+        s.add_worker(w)
+    tasks = _drain(s)
+    assert s.finished
+    assert s.generated("a") == 250 and s.generated("b") == 250
+    assert sorted(t.size for t in tasks if t.backend == "a") == [50, 100, 100]
+
+
+def test_backends_run_side_by_side_not_one_after_another():
+    s = Scheduler(["a", "b", "c"], examples=1000, shard_size=10)
+    for w in range(3):
+        s.add_worker(w)
+    first = s.schedule()
+    assert sorted(t.backend for _, t in first) == ["a", "b", "c"]
+
+
+def test_a_worker_stays_on_its_backend_when_nothing_else_differs():
+    s = Scheduler(["a", "b"], examples=None, shard_size=10)
+    s.add_worker(0)
+    s.add_worker(1)
+    first = dict(s.schedule())
+    for wid, task in first.items():
+        for i in range(1, 11):
+            s.example_done(task.backend, task.shard, i)
+    s.task_done(1)
+    again = dict(s.schedule())
+    assert again[1].backend == first[1].backend  # warm: its compiled kernels live in that process
+
+
+def test_a_shard_cut_short_continues_where_it_stopped():
+    s = Scheduler(["a"], examples=20, shard_size=20)
+    s.add_worker(0)
+    (wid, task), = s.schedule()
+    for i in range(1, 8):
+        s.example_done("a", task.shard, i)
+    lost = s.worker_lost(wid)
+    assert lost == task
+    s.add_worker(1)
+    (_, cont), = s.schedule()
+    assert (cont.shard, cont.start, cont.size) == (task.shard, 7, 20)
+
+
+def test_resume_continues_partial_shards_and_reaches_the_budget():
+    s = Scheduler(["a"], examples=30, shard_size=10, done={("a", 0): (10, 10), ("a", 1): (4, 10)})
+    s.add_worker(0)
+    tasks = _drain(s)
+    assert (tasks[0].shard, tasks[0].start) == (1, 4)
+    assert s.generated("a") == 30 and [t.shard for t in tasks] == [1, 2]
+
+
+def test_an_exhausted_shard_moves_its_budget_to_a_new_one():
+    s = Scheduler(["a"], examples=30, shard_size=30)
+    s.add_worker(0)
+    _drain(s, shard_results={("a", 0): 12})
+    assert s.generated("a") == 30 and len(s.shards["a"]) == 2
+
+
+def test_replays_come_first_and_shrinks_are_capped():
+    s = Scheduler(["a"], examples=None, shard_size=10, replays={"a": ("{}",)}, max_shrinking=1)
+    for w in range(3):
+        s.add_worker(w)
+    s.add(Task(TaskKind.SHRINK, "a", shard=0, size=10, target=3, signature=("a", "mismatch", "output")))
+    s.add(Task(TaskKind.SHRINK, "a", shard=1, size=10, target=5, signature=("a", "mismatch", "lse")))
+    kinds = [t.kind for _, t in s.schedule()]
+    assert kinds[0] == TaskKind.REPLAY and kinds.count(TaskKind.SHRINK) == 1 and TaskKind.GENERATE in kinds
+
+
+def test_later_shrinks_wait_for_their_share_of_generated_examples():
+    s = Scheduler(["a"], examples=None, shard_size=10, shrink_share=0.25)
+    s.add_worker(0)
+    s.add(Task(TaskKind.SHRINK, "a", signature=("a", "mismatch", "output")))
+    s.add(Task(TaskKind.SHRINK, "a", signature=("a", "mismatch", "lse")))
+    (_, first), = s.schedule()
+    assert first.kind == TaskKind.SHRINK  # a backend's first shrink is what a kill needs: at once
+    for _ in range(40):
+        s.shrink_example_done()
+    s.task_done(0)
+    (_, second), = s.schedule()
+    assert second.kind == TaskKind.GENERATE  # 40 shrink rows > 25% of 0 generated
+    for i in range(1, 11):
+        s.example_done("a", second.shard, i)
+    s.task_done(0)
+    assert s.schedule()[0][1].kind == TaskKind.GENERATE
+    for _ in range(200):
+        s.example_done("a", 99, 1)
+    s.task_done(0)
+    assert s.schedule()[0][1].kind == TaskKind.SHRINK
+
+
+def test_stop_hands_out_nothing_more_and_finishes_when_running_tasks_end():
+    s = Scheduler(["a"], examples=None, shard_size=10)
+    s.add_worker(0)
+    s.add_worker(1)
+    s.schedule()
+    s.stop()
+    assert not s.finished
+    s.task_done(0)
+    s.worker_lost(1)
+    assert s.finished and s.schedule() == []
+
+
+def test_a_broken_backend_gets_no_more_tasks():
+    s = Scheduler(["a", "b"], examples=20, shard_size=10)
+    s.add_worker(0)
+    s.give_up("a", "its worker cannot start")
+    tasks = _drain(s)
+    assert {t.backend for t in tasks} == {"b"} and s.finished
+
+
+def test_shard_seeds_are_stable_and_distinct():
+    assert shard_seed(0, "a", 1) == shard_seed(0, "a", 1)
+    assert len({shard_seed(0, "a", j) for j in range(100)} | {shard_seed(1, "a", 0), shard_seed(0, "b", 0)}) == 102
