@@ -79,6 +79,13 @@ def _cmd_fuzz(a) -> int:
                          shard_size=a.shard_size, shrink_per_bucket=a.shrink_per_bucket,
                          oracle_cpu_max=a.oracle_cpu_max, replay_saved=not a.no_replay,
                          use_ray=a.ray is not None, ray_address=a.ray or None, progress=not a.quiet)
+    if cfg.use_ray:
+        import importlib.util
+
+        from campaign.ray_pool import INSTALL_HINT
+
+        if importlib.util.find_spec("ray") is None:
+            raise UsageError(f"--ray: {INSTALL_HINT}")
     try:
         result = run_campaign(cfg)
     except StoreError as e:

@@ -1,0 +1,34 @@
+"""The same campaign through Ray actors (a local Ray with this machine's CPUs): same cases and
+verdicts as the local pool, planted bugs killed, a dying actor recorded as a crash, no row lost."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from campaign.engine import CampaignConfig, run_campaign
+
+ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'attnref[ray]'); make test installs it")
+
+SPEC = ("tests.fuzz.crashy:all_crashy",)
+BACKENDS = ["torch-naive-paged", "torch-sdpa-math", "mutant-window-off-by-one", "test-segfaults"]
+
+
+def _generated(rows):
+    return sorted((r["backend"], r["example_id"], r["case"], r["verdict"]) for r in rows if r.get("phase") == "generate")
+
+
+def test_a_ray_campaign_equals_the_local_pool_kills_the_mutant_and_records_a_dying_actor(tmp_path):
+    common = dict(backends=BACKENDS, examples=12, shard_size=6, seed=5, workers=2, specs=SPEC, progress=False,
+                  example_timeout=60)
+    through_ray = run_campaign(CampaignConfig(out=tmp_path / "ray", use_ray=True, **common))
+    local = run_campaign(CampaignConfig(out=tmp_path / "local", **common))
+    assert _generated(through_ray.rows) == _generated(local.rows)
+    assert len(_generated(through_ray.rows)) == 12 * len(BACKENDS)
+    assert any(r["backend"] == "mutant-window-off-by-one" and r["verdict"] == "mismatch" for r in through_ray.rows)
+    died = [r for r in through_ray.rows if r["backend"] == "test-segfaults" and r.get("worker_died")]
+    assert died and all(r["verdict"] == "crash" and r["case"] for r in died)
+    assert through_ray.status == local.status == 1
+    assert not any(r["verdict"] == "crash" for r in through_ray.rows if r["backend"] != "test-segfaults")
+    lines = (tmp_path / "ray" / "rows.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)
