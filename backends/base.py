@@ -210,6 +210,11 @@ class Backend:
     def run(self, inputs: Inputs) -> Actual:
         raise NotImplementedError
 
+    def repro_kernel(self, case: Case) -> str | None:
+        """Source of `def kernel(q, ks, vs) -> (out, lse | None)` calling the library as `run` does, for a
+        self-contained repro script (see backends/_repro.py for the names it may use); None: no template."""
+        return None
+
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
 

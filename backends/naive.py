@@ -180,6 +180,14 @@ class NaivePaged(Backend):
         out = (o1 * w1[..., None] + o2 * w2[..., None]) / denominator[..., None]
         return out, m + torch.log(total)
 
+    def repro_kernel(self, case) -> str | None:
+        """The kernel's semantics in float32 with its planted bug (the paged plumbing is not written out)."""
+        from ._repro import attention_function
+
+        if self.bug not in _REPRO_EDITS:
+            return None
+        return attention_function("kernel", "torch.float32", **_REPRO_EDITS[self.bug])
+
 
 def _partial(s: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """(output [q, H, D], lse [q, H]) of one split; an empty split has output 0 and LSE -inf."""
@@ -192,6 +200,13 @@ def _partial(s: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     total = p.sum(-1)
     out = torch.einsum("hqk,khd->qhd", p, v) / torch.where(total > 0, total, torch.ones_like(total)).T[..., None]
     return out, (m[..., 0] + torch.log(total)).T
+
+
+# The planted bugs a plain-torch repro can write out (the others live in the paged cache's plumbing).
+_REPRO_EDITS = {None: {}, Bug.WINDOW_OFF_BY_ONE: dict(window_extra=1), Bug.SOFT_CAP_IGNORED: dict(soft_cap=False),
+                Bug.ALIBI_SIGN_FLIPPED: dict(alibi_sign=-1.0), Bug.GQA_MODULO: dict(kv_head="h % H_KV"),
+                Bug.LSE_BASE2: dict(lse_divisor="0.6931471805599453"),
+                Bug.CAUSAL_TOP_LEFT: dict(offset_shift="-SEQS[i][2]")}
 
 
 def mutants() -> list[Backend]:

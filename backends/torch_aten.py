@@ -95,6 +95,31 @@ class AtenVarlen(Backend):
                               0.0, 2 if causal else 0, True, scale=case.softmax_scale)[:2]
         return Actual(output=out[0], lse=unpack_varlen_lse(lse, case.query_lens), notes={"lse_shape": list(lse.shape)})
 
+    def repro_kernel(self, case) -> str | None:
+        if case.alibi is not None or case.attn_chunk_size is not None:
+            return None
+        cu = "torch.tensor([0] + [sum(x[{0}] for x in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32, device=DEVICE)"
+        head = f'''
+def kernel(q, ks, vs):
+    op = torch.ops.aten.{self.op_name}
+    cu_q, cu_k = {cu.format(0)}, {cu.format(1)}
+    k, v = torch.cat(ks), torch.cat(vs)
+    max_q, max_k = max(x[0] for x in SEQS), max(x[1] for x in SEQS)
+'''
+        if self.flash:
+            window = _window_args(case) if "window_size_left" in self.args else {}
+            return head + f'''    # packed varlen flash: causal aligned bottom-right; window (left, right), -1 unbounded
+    out, lse = op(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, CAUSAL, False, scale=SCALE, **{window!r})[:2]
+    return out, lse.float().transpose(0, 1)[:q.shape[0]]  # LSE comes as [H, total_q]
+'''
+        return head + '''    k, v = k.repeat_interleave(GROUP, 1), v.repeat_interleave(GROUP, 1)
+    # custom_mask_type 2: causal aligned bottom-right; 0: none. LSE is [B, H, max_q], padded per sequence
+    out, lse = op(q[None], k[None], v[None], None, cu_q, cu_k, max_q, max_k, 0.0, 2 if CAUSAL else 0, True,
+                  scale=SCALE)[:2]
+    lses = [lse[j, :, :SEQS[j][0]].transpose(0, 1) for j in range(len(SEQS))]
+    return out[0], torch.cat(lses).float()
+'''
+
 
 CUDNN_CAPS = Capabilities(
     devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),

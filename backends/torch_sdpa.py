@@ -83,6 +83,40 @@ class SdpaBackend(Backend):
         out, _ = per_sequence(inputs, one)
         return Actual(output=out)
 
+    def repro_kernel(self, case) -> str | None:
+        if self.bias is not None or self.kernel in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
+            mask = f"dict(is_causal={case.is_causal})" if self.bias is None else \
+                f"dict(attn_mask=torch.nn.attention.bias.{self.bias}(q_len, kv_len))"
+        else:
+            mask = "dict(attn_mask=sdpa_mask(i))"
+        return f'''
+def sdpa_mask(i):
+    """SDPA's attn_mask: the visibility as bool, or as an additive float mask carrying ALiBi."""
+    bias = alibi_bias(i)
+    if bias is None:
+        return visible(i)[None]
+    return bias.masked_fill(~visible(i)[None], float("-inf")).to(DTYPE).to(DEVICE)
+
+
+def kernel(q, ks, vs):
+    import torch.nn.attention.bias  # noqa: F401
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    outs, start = [], 0
+    for i, (q_len, kv_len, _) in enumerate(SEQS):
+        qi = q[start:start + q_len].transpose(0, 1)  # [H, q_len, D]
+        start += q_len
+        k = ks[i].repeat_interleave(GROUP, 1).transpose(0, 1)
+        v = vs[i].repeat_interleave(GROUP, 1).transpose(0, 1)
+        kw = {mask}
+        kw = {{key: (val.to(DEVICE) if torch.is_tensor(val) else val) for key, val in kw.items()}}
+        with sdpa_kernel(SDPBackend.{self.kernel}):
+            out = F.scaled_dot_product_attention(qi[None], k[None], v[None], scale=SCALE, **kw)[0]
+        outs.append(out.transpose(0, 1))
+    return torch.cat(outs), None
+'''
+
 
 class CpuFlashBackend(Backend):
     """The raw CPU flash kernel `aten._scaled_dot_product_flash_attention_for_cpu` (returns LSE)."""
@@ -109,6 +143,25 @@ class CpuFlashBackend(Backend):
 
         out, lse = per_sequence(inputs, one)
         return Actual(output=out, lse=lse.float())
+
+    def repro_kernel(self, case) -> str | None:
+        return '''
+def kernel(q, ks, vs):
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    outs, lses, start = [], [], 0
+    for i, (q_len, kv_len, _) in enumerate(SEQS):
+        qi = q[start:start + q_len].transpose(0, 1)
+        start += q_len
+        k = ks[i].repeat_interleave(GROUP, 1).transpose(0, 1)
+        v = vs[i].repeat_interleave(GROUP, 1).transpose(0, 1)
+        bias = alibi_bias(i)
+        mask = torch.zeros(visible(i).shape, dtype=torch.float64)[None] if bias is None else bias
+        mask = mask.masked_fill(~visible(i)[None], float("-inf")).to(DTYPE)
+        out, lse = op(qi[None], k[None], v[None], 0.0, False, attn_mask=mask[None], scale=SCALE)
+        outs.append(out[0].transpose(0, 1))
+        lses.append(lse[0].transpose(0, 1))
+    return torch.cat(outs), torch.cat(lses)
+'''
 
 
 def sdpa_backends() -> list[Backend]:

@@ -20,7 +20,7 @@ from typing import Protocol
 from .buckets import Buckets, Decision, is_new_failure, signature
 from .progress import Progress
 from .scheduler import Scheduler
-from .store import RowStore, read_rows, resume_state, saved_cases
+from .store import RowStore, prepare, read_rows, resume_state, saved_cases
 from .tasks import Task, TaskKind, WorkerConfig
 from .worker import STICKY_EXIT
 
@@ -363,6 +363,7 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
     """Fuzz cfg.backends with local worker processes (or Ray actors with cfg.use_ray)."""
     from fuzz.compare import ORACLE_CPU_MAX
 
+    prepare(cfg.out)
     gpus = _visible_gpus()
     per = cfg.workers if isinstance(cfg.workers, int) else default_workers(gpus, gpu_mem_gib=_gpu_mem_gib())
     slots = per * max(1, gpus)

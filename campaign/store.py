@@ -50,6 +50,15 @@ def _why(e: OSError, path: Path) -> str:
     return f"cannot write {path}: {e.strerror or e}"
 
 
+def prepare(out: Path) -> None:
+    """Create out/, out/cases and out/logs, or raise StoreError saying why not."""
+    try:
+        for sub in ("cases", "logs"):
+            (Path(out) / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(_why(e, Path(out))) from None
+
+
 class RowStore:
     """Appends rows to out/rows.jsonl (fresh, or kept with resume) and writes case files."""
 

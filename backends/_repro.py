@@ -1,0 +1,138 @@
+"""Source text for `attnref repro` scripts: the case's semantics written out in plain torch.
+
+A repro script imports only torch and the library under test. This module writes its shared
+parts: the constants of one Case, `visible(i)` (which keys each query of sequence i sees, with only
+the rules the case uses), `alibi_bias(i)`, and a per-sequence softmax attention used as the float64
+reference (and, with planted edits, as a mutant's kernel). Backends add `kernel(q, ks, vs)`, their
+library call, through `Backend.repro_kernel`.
+"""
+from __future__ import annotations
+
+from reference.case import AlibiConvention, Case
+
+
+class ReproUnsupported(ValueError):
+    """The case uses something a plain-torch repro script does not write out; the message says what."""
+
+
+def check(case: Case) -> None:
+    """Raise ReproUnsupported for cases whose inputs need attnref's paged or quantized machinery."""
+    if case.block_sparse is not None:
+        raise ReproUnsupported("block_sparse cases need attnref's per-head layouts; replay them with attnref")
+    if case.cache is not None and case.kv_cache_dtype.value not in ("auto", "bfloat16", "float16"):
+        raise ReproUnsupported(f"kv_cache_dtype={case.kv_cache_dtype.value}: quantized caches are not written out")
+
+
+def constants(case: Case) -> str:
+    """The case as Python constants: SEQS = [(query_len, kv_len, position of the first query)], ..."""
+    seqs = [(s.query_len, k, case.query_offset(s)) for s, k in zip(case.sequences, case.kv_lens)]
+    lines = [
+        f"SEED = {case.seed}",
+        f"DTYPE = torch.{case.dtype.value}",
+        f"H, H_KV, D, D_V = {case.num_heads}, {case.num_kv_heads}, {case.head_size}, {case.value_size}",
+        "GROUP = H // H_KV  # query heads per kv head: query head h reads kv head h // GROUP",
+        f"SEQS = {seqs}  # (query_len, kv_len, position of the first query among the keys)",
+        f"SCALE = {case.softmax_scale!r}",
+        f"CAUSAL = {case.is_causal}",
+        f"WINDOW = {tuple(case.window_bounds)}  # (left, right) key distance from the query; None: unbounded",
+        f"CHUNK = {case.attn_chunk_size}",
+        f"SOFT_CAP = {case.soft_cap}",
+        f"SINKS = {None if case.sinks is None else 'torch.tensor(' + repr(list(case.sinks)) + ')'}",
+        f"ALIBI = {None if case.alibi is None else 'torch.tensor(' + repr(list(case.alibi.slopes)) + ')'}",
+        f"ALIBI_SYMMETRIC = {case.alibi is not None and case.alibi.convention == AlibiConvention.SYMMETRIC}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def draw_inputs(case: Case) -> str:
+    """Seeded inputs, drawn in the order attnref draws them (the same tensors, bit for bit)."""
+    dist = case.values.distribution.value
+    c = case.cache
+    shared = c.prefix_blocks * c.block_size if c is not None and c.table.value == "shared_prefix" else 0
+    lines = ["def draw_inputs():",
+             "    g = torch.Generator().manual_seed(SEED)",
+             "    n = sum(s[0] for s in SEQS)",
+             "    q = torch.randn(n, H, D, generator=g)"]
+    if dist == "outliers":
+        lines += ["    channels = torch.randint(0, D, (2,), generator=g)", "    q[:, :, channels] *= 8.0"]
+    lines += [f"    q = q * {case.values.logit_scale!r}",
+              f"    shared = {shared}  # keys every sequence shares (a shared-prefix block table)",
+              "    prefix_k, prefix_v = torch.randn(shared, H_KV, D, generator=g), torch.randn(shared, H_KV, D_V, generator=g)",
+              "    prototypes = torch.randn(4, H_KV, D, generator=g)",
+              "    ks, vs = [], []",
+              "    for _, kv_len, _ in SEQS:",
+              "        k, v = torch.randn(kv_len, H_KV, D, generator=g), torch.randn(kv_len, H_KV, D_V, generator=g)"]
+    if dist == "sharp":
+        lines += ["        which = torch.randint(0, 4, (kv_len,), generator=g)",
+                  "        k = prototypes[which] * 2.0 + 0.05 * k  # near-duplicate keys: peaked, near-tied softmax"]
+    elif dist == "outliers":
+        lines += ["        if kv_len:",
+                  "            k[torch.randint(0, kv_len, (max(1, kv_len // 16),), generator=g)] *= 8.0"]
+    lines += ["        k[:shared], v[:shared] = prefix_k, prefix_v"]
+    if c is not None and c.layout.value == "mla_latent":
+        lines += ["        v = k[..., :D_V].clone()  # MLA: the value is the latent's first D_V dims"]
+    lines += ["        ks.append(k.to(DTYPE))", "        vs.append(v.to(DTYPE))",
+              "    return q.to(DTYPE), ks, vs"]
+    return "\n".join(lines) + "\n"
+
+
+MASKS = '''
+def positions(i, offset_shift=0):
+    q_len, kv_len, first = SEQS[i]
+    return torch.arange(q_len)[:, None] + first + offset_shift, torch.arange(kv_len)[None, :]
+
+
+def visible(i, window_extra=0, offset_shift=0):
+    """Bool [query_len, kv_len]: the keys each query of sequence i may see."""
+    qp, kp = positions(i, offset_shift)
+    ok = torch.ones(qp.shape[0], kp.shape[1], dtype=torch.bool)
+    if CAUSAL:
+        ok &= kp <= qp
+    if WINDOW[0] is not None:
+        ok &= qp - kp <= WINDOW[0] + window_extra
+    if WINDOW[1] is not None:
+        ok &= kp - qp <= WINDOW[1]
+    if CHUNK is not None:
+        ok &= qp // CHUNK == kp // CHUNK
+    return ok
+
+
+def alibi_bias(i, sign=1.0):
+    """[H, query_len, kv_len] float64: slope * (k - q), or -slope * |k - q| (symmetric); None without ALiBi."""
+    if ALIBI is None:
+        return None
+    qp, kp = positions(i)
+    d = (kp - qp).double()
+    return sign * ALIBI.double()[:, None, None] * (-d.abs() if ALIBI_SYMMETRIC else d)[None]
+'''
+
+
+def attention_function(name: str, dtype: str, *, window_extra: int = 0, offset_shift: str = "0",
+                       soft_cap: bool = True, alibi_sign: float = 1.0, kv_head: str = "h // GROUP",
+                       lse_divisor: str = "1.0") -> str:
+    """`def name(q, ks, vs)`: softmax attention per sequence in `dtype` -> (out [N, H, D_V], lse [N, H]).
+
+    The keyword edits plant a mutant's bug (defaults: the correct semantics)."""
+    return f'''
+def {name}(q, ks, vs):
+    outs, lses, start = [], [], 0
+    heads = torch.tensor([{kv_head} for h in range(H)])
+    for i, (q_len, kv_len, _) in enumerate(SEQS):
+        qi = q[start:start + q_len].cpu().to({dtype})
+        start += q_len
+        k, v = ks[i].cpu().to({dtype})[:, heads], vs[i].cpu().to({dtype})[:, heads]
+        s = torch.einsum("qhd,khd->hqk", qi * SCALE, k)
+        if SOFT_CAP is not None and {soft_cap}:
+            s = SOFT_CAP * torch.tanh(s / SOFT_CAP)  # soft-cap comes before biases and masks
+        bias = alibi_bias(i, sign={alibi_sign})
+        if bias is not None:
+            s = s + bias.to(s.dtype)
+        s = s.masked_fill(~visible(i, {window_extra}, {offset_shift})[None], float("-inf"))
+        lse = torch.logsumexp(s, -1)  # -inf for a row that sees no key
+        if SINKS is not None:
+            lse = torch.logaddexp(lse, SINKS.to(s.dtype)[:, None])  # a sink joins the denominator, no value
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)  # an empty row: output 0
+        outs.append(torch.einsum("hqk,khd->qhd", p, v))
+        lses.append(lse.transpose(0, 1) / {lse_divisor})
+    return torch.cat(outs), torch.cat(lses)
+'''

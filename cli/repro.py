@@ -1,0 +1,87 @@
+"""`attnref repro`: a self-contained script that reproduces a finding with torch and the library alone.
+
+The script rebuilds the case's tensors from its seed (drawn in attnref's order: the same values),
+calls the library as the backend's adapter does (`Backend.repro_kernel`), computes the expected
+result with a float64 reference written out for this case's semantics only, and prints both with
+the error and the tolerance limit (the same rule attnref applies). It exits 1 when the kernel is
+outside the limit, 0 otherwise: what a user pastes into an upstream issue.
+"""
+from __future__ import annotations
+
+import json
+
+from backends._repro import MASKS, ReproUnsupported, attention_function, check, constants, draw_inputs
+from backends.registry import get
+from fuzz.tolerance import rule_for
+from reference.case import Case
+
+from .caseio import UsageError
+
+FOOTER = '''
+def largest(t):
+    return float(t.max()) if t.numel() else 0.0
+
+
+def main():
+    q, ks, vs = draw_inputs()
+    expected, expected_lse = reference(q, ks, vs)
+    baseline, _ = baseline_attention(q, ks, vs)  # the same math rounded like a plain {dtype} pass
+    actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs])
+    actual = actual.detach().double().cpu()
+    err = (actual - expected).abs()
+    empty = torch.isneginf(expected_lse) if SINKS is None else torch.zeros_like(expected_lse, dtype=torch.bool)
+    seen = ~empty[..., None].expand_as(err)
+    rounding = 2 * float(((expected.to(DTYPE) + 0.3 - 0.3).double() - expected).abs().max()) if expected.numel() else 0.0
+    limit = FACTOR * largest((baseline.double() - expected).abs()[seen]) + max(rounding, ABS_FLOOR)
+    worst = largest(err[seen].nan_to_num(float("inf")))
+    print(f"max |actual - expected| = {{worst:.6g}} on rows with keys (limit {{limit:.6g}} = {{FACTOR}} x a plain "
+          f"{dtype} pass's error + rounding floor)")
+    if empty.any():
+        print(f"rows with no visible key: {{int(empty.sum())}}; kernel max |out| there = "
+              f"{{largest(actual[empty].abs().nan_to_num(float('inf'))):.6g}} (expected 0)")
+    if actual_lse is not None:
+        lse = actual_lse.detach().double().cpu()
+        both = ~empty
+        print(f"max |lse - expected_lse| = {{largest((lse - expected_lse).abs()[both]):.6g}}")
+    idx = int(err.nan_to_num(float("inf")).argmax()) if err.numel() else 0
+    if err.numel():
+        t, h, d = idx // (H * D_V), (idx // D_V) % H, idx % D_V
+        print(f"worst element: token {{t}}, head {{h}}, dim {{d}}: expected {{float(expected[t, h, d]):.6g}}, "
+              f"actual {{float(actual[t, h, d]):.6g}}")
+    bad = worst > limit or (empty.any() and bool((actual[empty] != 0).any()))
+    print("MISMATCH" if bad else "OK")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> str:
+    """The repro script's text for `case` on `backend_name` (UsageError when it cannot be written)."""
+    try:
+        backend = get(backend_name, include_mutants=True, specs=specs)
+    except KeyError as e:
+        raise UsageError(f"--backend: {e.args[0]}") from None
+    try:
+        check(case)
+    except ReproUnsupported as e:
+        raise UsageError(f"repro: {e}") from None
+    kernel = backend.repro_kernel(case)
+    if kernel is None:
+        raise UsageError(f"repro: backend {backend_name} has no repro template for this case "
+                         f"(replay it with: attnref replay CASE --backend {backend_name})")
+    rule = rule_for(case.dtype, case.kv_cache_dtype)
+    device = sorted(backend.caps.devices)[0] if backend.caps.devices != frozenset({"cpu", "cuda"}) else "cpu"
+    header = (f'"""Reproducer for {backend_name} ({backend.library}), written by `attnref repro`.\n\n'
+              f"Case (attnref JSON): {json.dumps(case.to_dict(), separators=(',', ':'))}\n"
+              f'Needs only torch and the library under test. Exit status 1: the kernel is off.\n"""\n'
+              "import sys\n\nimport torch\n\n")
+    parts = [header, constants(case), f'DEVICE = "{device}"', f"FACTOR = {rule.factor}",
+             f"ABS_FLOOR = {rule.abs_floor}\n\n", draw_inputs(case), MASKS,
+             attention_function("reference", "torch.float64"),
+             attention_function("baseline_attention", "DTYPE"),
+             "\n# --- the kernel under test, called as attnref's adapter calls it ---" + kernel,
+             FOOTER.format(dtype=case.dtype.value)]
+    return "\n".join(parts)

@@ -1,0 +1,71 @@
+"""`attnref repro` scripts: torch only, the case's own tensors, and the verdict attnref gave."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from backends.registry import get
+from cli.caseio import UsageError
+from cli.repro import write_repro
+from fuzz.compare import evaluate
+from fuzz.strategies import Limits, cases
+from reference.case import BlockSparse, CacheSpec, Case, DType, SequenceSpec
+from reference.inputs import materialize
+
+WINDOW_BUG = Case(sequences=(SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
+                  sliding_window=3, dtype=DType.FLOAT32, seed=11)
+
+
+def _load(text: str) -> dict:
+    namespace = {"__name__": "repro"}
+    exec(compile(text, "repro.py", "exec"), namespace)
+    return namespace
+
+
+def _imports(text: str) -> set[str]:
+    return {line.split()[1].split(".")[0] for line in text.splitlines() if line.strip().startswith(("import ", "from "))}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases(get("torch-sdpa-math").caps, Limits(max_context=20, max_query=6)))
+def test_the_script_draws_attnref_s_tensors_and_agrees_with_its_verdict(case):
+    text = write_repro(case, "torch-sdpa-math")
+    assert _imports(text) <= {"sys", "torch"}
+    ns = _load(text)
+    q, ks, vs = ns["draw_inputs"]()
+    inputs = materialize(case)
+    assert torch.equal(q, inputs.query)
+    assert all(torch.equal(a, b) for a, b in zip(ks, inputs.keys)) and all(torch.equal(a, b) for a, b in zip(vs, inputs.values))
+    assert ns["main"]() == 0  # a correct kernel: the script says OK, as attnref does
+    expected, _ = ns["reference"](q, ks, vs)
+    oracle = evaluate(get("torch-sdpa-math"), case)
+    assert oracle.expected is not None and torch.allclose(expected, oracle.expected.output, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["torch-sdpa-math", "torch-sdpa-cpu-flash", "torch-naive-paged"])
+def test_a_correct_cpu_kernel_s_script_exits_0(tmp_path, backend):
+    path = tmp_path / "repro.py"
+    path.write_text(write_repro(WINDOW_BUG, backend))
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout + out.stderr
+
+
+def test_a_mutant_s_script_shows_its_bug_as_attnref_does(tmp_path):
+    paged = WINDOW_BUG.replace(cache=CacheSpec(block_size=4))
+    assert evaluate(get("mutant-window-off-by-one"), paged).row["verdict"] == "mismatch"
+    path = tmp_path / "repro.py"
+    path.write_text(write_repro(paged, "mutant-window-off-by-one"))
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 1 and "MISMATCH" in out.stdout, out.stdout + out.stderr
+
+
+def test_cases_the_script_cannot_write_out_say_why():
+    sparse = WINDOW_BUG.replace(sliding_window=None, block_sparse=BlockSparse())
+    with pytest.raises(UsageError, match="block_sparse"):
+        write_repro(sparse, "torch-naive-paged")
+    with pytest.raises(UsageError, match="no repro template"):
+        write_repro(WINDOW_BUG, "mutant-wrong-block-size")
