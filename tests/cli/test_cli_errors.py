@@ -90,3 +90,19 @@ def test_schema_is_generated_from_the_case_and_validates_case_files(capsys):
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(dict(good, attn_type="bogus"), schema)
     assert set(schema["properties"]) == set(good)
+
+
+def test_sanitize_without_the_tool_says_where_to_get_it(tmp_path, capsys, monkeypatch):
+    import cli.sanitize
+
+    monkeypatch.setattr(cli.sanitize, "find_sanitizer", lambda: None)
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps({"backend": "torch-sdpa-math", "case": Case(sequences=(SequenceSpec(2),)).to_dict()}))
+    assert "compute-sanitizer not found" in _one_line_error(capsys, main(["replay", str(path), "--sanitize"]))
+
+
+def test_sanitizer_error_summaries_are_counted():
+    from cli.sanitize import error_count
+
+    assert error_count("========= Invalid __global__ read of size 4\n========= ERROR SUMMARY: 3 errors\n") == 3
+    assert error_count("========= ERROR SUMMARY: 0 errors") == 0 and error_count("") == 0

@@ -1,0 +1,62 @@
+"""`attnref replay CASE --sanitize [TOOL]`: the case's kernel call under NVIDIA compute-sanitizer.
+
+An out-of-bounds read that happens not to change the output is still a finding: memcheck reports
+it even when the verdict is `pass`. The sanitizer's report is written beside the case
+(<case>.sanitize-<tool>.txt) and summarised in the case file's `sanitizer` entry.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .caseio import UsageError
+
+CANDIDATES = ("/usr/local/cuda/bin/compute-sanitizer", "/opt/nvidia/compute-sanitizer/compute-sanitizer")
+
+
+def find_sanitizer() -> str | None:
+    found = shutil.which("compute-sanitizer")
+    return found or next((p for p in CANDIDATES if os.access(p, os.X_OK)), None)
+
+
+def error_count(report: str) -> int:
+    """Errors compute-sanitizer reported ('ERROR SUMMARY: N errors'; 0 when it found none)."""
+    m = re.search(r"ERROR SUMMARY:\s*(\d+)", report)
+    return int(m.group(1)) if m else 0
+
+
+def replay_sanitized(case_path: str, backend: str, tool: str, specs: tuple[str, ...] = (), timeout: float = 900) -> int:
+    """Replay under compute-sanitizer; exit 1 when it reports errors (or the verdict fails), else 0."""
+    sanitizer = find_sanitizer()
+    if sanitizer is None:
+        raise UsageError("--sanitize: compute-sanitizer not found (it ships with the CUDA toolkit; put it on PATH)")
+    report_path = Path(case_path).with_suffix(f".sanitize-{tool}.txt")
+    spec_args = [a for s in specs for a in ("--backend-spec", s)]
+    cmd = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--log-file", str(report_path),
+           sys.executable, "-m", "cli", *spec_args, "replay", case_path, "--backend", backend]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        status = done.returncode
+    except subprocess.TimeoutExpired:
+        status = -1
+    report = report_path.read_text(errors="replace") if report_path.exists() else ""
+    errors = error_count(report)
+    summary = {"tool": tool, "errors": errors, "report": str(report_path), "exit": status}
+    try:
+        payload = json.loads(Path(case_path).read_text())
+        if isinstance(payload, dict) and "case" in payload:
+            payload.setdefault("sanitizer", {})[tool] = summary
+            Path(case_path).write_text(json.dumps(payload, indent=2))
+    except (OSError, ValueError):
+        pass  # a read-only or bare case file: the report file still says it
+    print(json.dumps(summary))
+    first = next((line for line in report.splitlines() if "=========" in line and "ERROR SUMMARY" not in line
+                  and line.strip("= ")), "")
+    if first:
+        print(first)
+    return 1 if errors or status != 0 else 0  # 99: the sanitizer's errors; 1: a failing verdict
