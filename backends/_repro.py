@@ -8,7 +8,7 @@ library call, through `Backend.repro_kernel`.
 """
 from __future__ import annotations
 
-from reference.case import AlibiConvention, Case
+from reference.case import Case
 
 
 class ReproUnsupported(ValueError):
@@ -39,7 +39,7 @@ def constants(case: Case) -> str:
         f"SOFT_CAP = {case.soft_cap}",
         f"SINKS = {None if case.sinks is None else 'torch.tensor(' + repr(list(case.sinks)) + ')'}",
         f"ALIBI = {None if case.alibi is None else 'torch.tensor(' + repr(list(case.alibi.slopes)) + ')'}",
-        f"ALIBI_SYMMETRIC = {case.alibi is not None and case.alibi.convention == AlibiConvention.SYMMETRIC}",
+        f"ALIBI_MODE = {None if case.alibi is None else case.alibi.convention.value!r}  # signed | symmetric | sqrt",
     ]
     return "\n".join(lines) + "\n"
 
@@ -98,12 +98,14 @@ def visible(i, window_extra=0, offset_shift=0):
 
 
 def alibi_bias(i, sign=1.0):
-    """[H, query_len, kv_len] float64: slope * (k - q), or -slope * |k - q| (symmetric); None without ALiBi."""
+    """[H, query_len, kv_len] float64: slope * (k - q) (signed), -slope * |k - q| (symmetric) or
+    -slope * sqrt(q - k) for k <= q, else 0 (sqrt); None without ALiBi."""
     if ALIBI is None:
         return None
     qp, kp = positions(i)
     d = (kp - qp).double()
-    return sign * ALIBI.double()[:, None, None] * (-d.abs() if ALIBI_SYMMETRIC else d)[None]
+    d = {"signed": d, "symmetric": -d.abs(), "sqrt": -(-d).clamp(min=0).sqrt()}[ALIBI_MODE]
+    return sign * ALIBI.double()[:, None, None] * d[None]
 '''
 
 

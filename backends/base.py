@@ -41,6 +41,7 @@ class Feature(Enum):
     DYNAMIC_SCALES = "dynamic_scales"
     MORE_QUERIES_THAN_KEYS = "more_queries_than_keys"  # kernel cases: rows before the first key see nothing
     LAYERED_CACHE = "layered_cache"  # the cache tensor is one layer of a [L, ...] tensor (strided memory)
+    PAGED_KERNEL = "paged_kernel"  # kernel cases (raw API: any causal flag / window pair / q > k) through a page table
 
 
 ALL_FEATURES = frozenset(Feature)
@@ -56,7 +57,7 @@ class Capabilities:
     head_sizes: tuple[int, ...] = COMMON_HEAD_SIZES
     attn_types: frozenset[AttentionType] = frozenset({AttentionType.DECODER})
     features: frozenset[Feature] = frozenset()
-    alibi_conventions: frozenset[AlibiConvention] = frozenset(AlibiConvention)
+    alibi_conventions: frozenset[AlibiConvention] = frozenset({AlibiConvention.SIGNED, AlibiConvention.SYMMETRIC})
     kv_layouts: frozenset[KVLayout] = frozenset()
     kv_cache_dtypes: frozenset[KVCacheDType] = frozenset({KVCacheDType.AUTO})
     scale_granularities: frozenset[ScaleGranularity] = frozenset({ScaleGranularity.PER_TENSOR})
@@ -81,6 +82,9 @@ class Capabilities:
     min_kv_len: int = 0  # fewest keys a sequence may have
     causal_equal_lengths: bool = False  # kernel cases: a causal call needs query_len == key_len
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
+    # Spellings the call accepts for one semantic, e.g. ("unbounded_window", ("none", "minus_one", "huge")):
+    # the fuzzer draws each, so every spelling is tested, not only the adapter's favourite (first: default).
+    encodings: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def reasons(self, case: Case, device: str = "cpu") -> list[str]:
         """Why `case` lies outside this declaration; empty when it is inside."""
@@ -130,6 +134,10 @@ class Capabilities:
             out.append(f"query_lens={case.query_lens}: this kernel needs one query_len for the whole batch")
         if self.max_kv_len is not None and case.max_kv_len > self.max_kv_len:
             out.append(f"max_kv_len={case.max_kv_len} > {self.max_kv_len}")
+        declared = dict(self.encodings)
+        for name, spelling in case.encodings:
+            if spelling not in declared.get(name, ()):
+                out.append(f"encoding {name}={spelling} (declared: {list(declared.get(name, ()))})")
         out += self._cache_reasons(case)
         return out
 

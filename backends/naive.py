@@ -14,7 +14,7 @@ from enum import Enum
 import torch
 from torch import Tensor
 
-from reference.case import AlibiConvention, AttentionType, DType, KVCacheDType, KVLayout, ScaleGranularity
+from reference.case import CausalAlignment, AlibiConvention, AttentionType, DType, KVCacheDType, KVLayout, ScaleGranularity
 from reference.inputs import Inputs
 
 from ._convert import LOG2_E, key_offset
@@ -42,7 +42,8 @@ class Bug(Enum):
 
 NAIVE_CAPS = Capabilities(
     devices=frozenset({"cpu", "cuda"}), dtypes=frozenset(DType), head_sizes=(8, 16, 32, 64, 80, 128),
-    attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+    attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER, AttentionType.KERNEL}),
+    causal_alignments=frozenset(CausalAlignment),
     features=ALL_FEATURES - {Feature.BLOCK_SPARSE}, kv_layouts=frozenset(KVLayout),
     kv_cache_dtypes=frozenset(KVCacheDType), scale_granularities=frozenset(ScaleGranularity),
     block_sizes=(1, 2, 3, 4, 8, 16, 32), lse_base=LseBase.E, writes_output_buffer=True,
@@ -151,11 +152,13 @@ class NaivePaged(Backend):
             sign = -1.0 if self.bug == Bug.ALIBI_SIGN_FLIPPED else 1.0
             s = s + sign * inputs.alibi_slopes.float().to(q.device)[:, None, None] * d
         ok = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device)
-        if case.attn_type == AttentionType.DECODER:
+        if case.is_causal:
             ok &= kp <= qp
-        if case.sliding_window is not None:
-            reach = qp - kp
-            ok &= (reach <= case.sliding_window) if self.bug == Bug.WINDOW_OFF_BY_ONE else (reach < case.sliding_window)
+        left, right = case.window_bounds  # vLLM's sliding_window W is (W-1, 0): W keys, the query's own included
+        if left is not None:
+            ok &= (qp - kp <= left + 1) if self.bug == Bug.WINDOW_OFF_BY_ONE else (qp - kp <= left)
+        if right is not None:
+            ok &= kp - qp <= right
         if case.attn_chunk_size is not None:
             ok &= (qp // case.attn_chunk_size) == (kp // case.attn_chunk_size)
         s = s.masked_fill(~ok, -math.inf)

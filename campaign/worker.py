@@ -74,9 +74,26 @@ def case_payload(backend: str, row: dict, evaluation: Evaluation | None) -> tupl
     return f"{backend}-{digest}", payload, tensors
 
 
+def pin_hypothesis_constants() -> None:
+    """Make what a seed draws independent of the process's history.
+
+    Hypothesis mixes constants found in the source of every *local* module imported so far into its
+    draws, so the same seed drew different cases in a local worker and in a Ray actor (which import
+    different modules). Campaign workers draw with hypothesis' own constants only. (Internal API:
+    where it is missing, nothing changes.)"""
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        empty = providers.Constants()
+        providers._get_local_constants = lambda: empty
+    except (ImportError, AttributeError):
+        pass
+
+
 class Worker:
     def __init__(self, config: WorkerConfig, send: Callable[[dict], None],
                  should_stop: Callable[[], bool] = lambda: False) -> None:
+        pin_hypothesis_constants()
         self.config = config
         self.send = send
         self.should_stop = should_stop

@@ -7,13 +7,16 @@ non-unit and per-head scales, shuffled block tables with a null block.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from hypothesis import reject
 from hypothesis import strategies as st
 
 from backends.base import ALL_FEATURES, Capabilities, Feature
-from reference.case import (Alibi, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
+
+from .sizes import TIER_WEIGHTS, TIERS, sequence_specs
+from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
                             CausalAlignment,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
                             ValueDistribution, Values, kv_len)
@@ -24,9 +27,11 @@ class Limits:
     """Size bounds of drawn cases (keep them small: fuzzing wants many cases, not big ones)."""
 
     max_sequences: int = 4
-    max_context: int = 80
+    max_context: int = 80  # the small tier's keys (fuzz/sizes.py: tile and long tiers go further)
     max_query: int = 24
     max_kv_heads: int = 4
+    max_long_context: int = 16384  # the long tier's largest key count
+    tiers: tuple[str, ...] | None = None  # focus: e.g. ("small",) for JIT kernels or quick runs
     # Focus (for JIT-compiled kernels, where every new dtype / head size / kv dtype is a compile):
     # draw only these, intersected with the declaration (an empty intersection keeps the declaration).
     dtypes: tuple[str, ...] | None = None
@@ -72,7 +77,7 @@ def limits_from_json(text: str) -> Limits:
 
 
 _LIMIT_VALUES = {"dtypes": [d.value for d in DType], "kv_cache_dtypes": [k.value for k in KVCacheDType],
-                 "attn_types": [t.value for t in AttentionType], "head_sizes": []}
+                 "attn_types": [t.value for t in AttentionType], "head_sizes": [], "tiers": list(TIERS)}
 
 
 def _focus(declared, wanted, key=lambda x: x):
@@ -89,7 +94,7 @@ ORACLE_CAPS = Capabilities(
     attn_types=frozenset(AttentionType), features=ALL_FEATURES, kv_layouts=frozenset(KVLayout),
     kv_cache_dtypes=frozenset(KVCacheDType), scale_granularities=frozenset(ScaleGranularity),
     block_sizes=(1, 2, 3, 4, 5, 8, 16, 32, 48, 256, 272), reads_paged_cache=True,
-    causal_alignments=frozenset(CausalAlignment),
+    causal_alignments=frozenset(CausalAlignment), alibi_conventions=frozenset(AlibiConvention),
 )
 """Everything the oracle can evaluate: used to test the oracle itself."""
 
@@ -105,58 +110,6 @@ def _sometimes(draw, caps: Capabilities, feature: Feature, strategy: st.SearchSt
     if not _has(caps, feature):
         return None
     return draw(st.none() | strategy)
-
-
-@st.composite
-def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits: Limits,
-                   block_size: int | None, decode_only: bool = False) -> SequenceSpec:
-    """One sequence: decode, spec-decode, chunked prefill or prefill, lengths weighted to edges."""
-    max_q = limits.max_query if caps.max_query_len is None else min(limits.max_query, caps.max_query_len)
-    min_q = 0 if _has(caps, Feature.EMPTY_QUERY) else 1
-    if attn_type == AttentionType.DECODER:
-        with_context = _has(caps, Feature.CONTEXT)
-        kinds = ["decode", "prefill", "chunked", "spec"] if with_context else ["prefill"]
-        kind = "decode" if decode_only and with_context else draw(st.sampled_from(kinds))
-        if kind == "decode":
-            q = 1
-        elif kind == "spec":
-            q = draw(st.integers(min(2, max_q), min(5, max_q)))
-        else:
-            q = draw(st.integers(min_q if kind == "chunked" else 1, max_q))
-        ctx = 0
-        if kind != "prefill":
-            ctx = draw(_edge_length(limits.max_context, block_size, q))
-        if caps.max_kv_len is not None:
-            ctx = max(0, min(ctx, caps.max_kv_len - q))
-        return SequenceSpec(query_len=q, context_len=ctx)
-    if attn_type == AttentionType.ENCODER_DECODER:
-        q = draw(st.integers(min_q, max_q))
-        enc = draw(_edge_length(limits.max_context, block_size, 0) | st.integers(1, 8))
-        return SequenceSpec(query_len=q, encoder_len=enc)
-    if attn_type == AttentionType.KERNEL:
-        # Key counts at, one below and one above the query count, and anywhere (more queries than keys
-        # leaves the first rows with no key under bottom-right causality).
-        q = draw(st.integers(max(1, min_q), max(1, max_q)))
-        k = draw(st.sampled_from([q, q + 1, max(q - 1, 0), 0]) | st.integers(0, limits.max_context))
-        if not _has(caps, Feature.MORE_QUERIES_THAN_KEYS):
-            k = max(k, q)
-        return SequenceSpec(query_len=q, key_len=k)
-    return SequenceSpec(query_len=draw(st.integers(max(1, min_q), max(limits.max_query, 1))))
-
-
-def _edge_length(max_len: int, block_size: int | None, query_len: int) -> st.SearchStrategy[int]:
-    """Context lengths, half of them landing total length at -1/0/+1 of a block boundary."""
-    plain = st.integers(0, max_len)
-    if not block_size:
-        return st.one_of(st.just(0), st.just(1), plain)
-    blocks = max(1, max_len // block_size)
-
-    def at_edge(pair: tuple[int, int]) -> int:
-        n, delta = pair
-        return max(0, min(max_len, n * block_size + delta - query_len))
-
-    edge = st.tuples(st.integers(1, blocks), st.sampled_from([-1, 0, 1])).map(at_edge)
-    return st.one_of(edge, st.just(0), plain)
 
 
 @st.composite
@@ -246,8 +199,18 @@ def block_sparse_params(draw) -> BlockSparse:
 
 
 def alibi_slopes(num_heads: int) -> tuple[float, ...]:
-    """The ALiBi paper's geometric slopes 2^(-8 i / n) (for a power of two n; others interpolate)."""
-    return tuple(2.0 ** (-8.0 * (i + 1) / num_heads) for i in range(num_heads))
+    """ALiBi slopes as the models vLLM serves compute them (`_get_alibi_slopes` in its BLOOM / MPT code).
+
+    For a power of two n: 2^(-8 i / n), i = 1..n (the paper's geometric series). Otherwise the slopes of
+    the closest lower power of two p, followed by the odd powers 1, 3, 5, ... of the base of 2p.
+    """
+    p = 2 ** math.floor(math.log2(num_heads))
+    base = 2.0 ** (-(2.0 ** -(math.log2(p) - 3)))
+    slopes = [base ** i for i in range(1, p + 1)]
+    if p != num_heads:
+        extra = 2.0 ** (-(2.0 ** -(math.log2(2 * p) - 3)))
+        slopes += [extra ** i for i in range(1, 2 * min(p, num_heads - p), 2)]
+    return tuple(slopes)
 
 
 @st.composite
@@ -267,12 +230,17 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         head_size_v = draw(st.none() | st.sampled_from(sorted(caps.head_sizes)))
     value_size = head_size_v or head_size
 
-    uses_cache = attn_type in (AttentionType.DECODER, AttentionType.ENCODER_DECODER) and bool(caps.kv_layouts)
+    paged_types = (AttentionType.DECODER, AttentionType.ENCODER_DECODER) + (
+        (AttentionType.KERNEL,) if _has(caps, Feature.PAGED_KERNEL) else ())
+    uses_cache = attn_type in paged_types and bool(caps.kv_layouts)
     block_size = draw(st.sampled_from(sorted(caps.block_sizes))) if uses_cache else None
     # A batch of pure decodes is its own regime (vLLM's decode kernels, CUDA graphs): give it weight.
     decode_only = attn_type == AttentionType.DECODER and draw(st.integers(0, 3)) == 0
-    sequences = tuple(draw(st.lists(sequence_specs(attn_type, caps, limits, block_size, decode_only),
-                                    min_size=1, max_size=limits.max_sequences)))
+    tiers = [t for t in TIER_WEIGHTS if limits.tiers is None or t in limits.tiers] or ["small"]
+    tier = draw(st.sampled_from(tiers))
+    first = draw(sequence_specs(attn_type, caps, limits, block_size, decode_only, tier))
+    sequences = (first,) + tuple(draw(st.lists(sequence_specs(attn_type, caps, limits, block_size, decode_only),
+                                               max_size=limits.max_sequences - 1)))
     if caps.min_query_len > 1 or caps.min_kv_len > 0:  # lift lengths to the declared minimums
         def lifted(s: SequenceSpec) -> SequenceSpec:
             q = max(s.query_len, caps.min_query_len) if s.query_len else 0
@@ -306,8 +274,9 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         window = _sometimes(draw, caps, Feature.WINDOW, st.sampled_from(
             sorted({1, 2, max(1, max_kv - 1), max_kv, max_kv + 1})) | st.integers(1, max_kv + 2))
     soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, st.sampled_from([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]))
-    sinks = _sometimes(draw, caps, Feature.SINKS, st.lists(
-        st.floats(-4.0, 6.0, allow_nan=False), min_size=num_heads, max_size=num_heads).map(tuple))
+    # Sinks near the scores, and far above / below them: a kernel's running max must start from the sink.
+    sink = st.floats(-4.0, 6.0, allow_nan=False) | st.sampled_from([-100.0, -30.0, 30.0, 100.0])
+    sinks = _sometimes(draw, caps, Feature.SINKS, st.lists(sink, min_size=num_heads, max_size=num_heads).map(tuple))
     alibi = None
     if _has(caps, Feature.ALIBI) and draw(st.booleans()):
         convention = draw(st.sampled_from(sorted(caps.alibi_conventions, key=lambda c: c.value)))
@@ -319,14 +288,18 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     sparse = None
     if attn_type == AttentionType.DECODER:
         sparse = _sometimes(draw, caps, Feature.BLOCK_SPARSE, block_sparse_params())
+    # Logit magnitudes from nearly uniform to one-hot (scales 1e-3..10, logit scales up to 50); fp16 keeps
+    # its scores under its 65504 limit so that the fp16 baseline stays an honest yardstick.
+    logit_scales = [1.0, 0.5, 2.0, 4.0, 8.0, 16.0, 50.0] if dtype != DType.FLOAT16 else [1.0, 0.5, 2.0, 4.0, 8.0, 16.0]
     values = Values(distribution=draw(st.sampled_from(list(ValueDistribution))),
-                    logit_scale=draw(st.sampled_from([1.0, 0.5, 2.0, 4.0, 8.0])))
-    scale = draw(st.none() | st.sampled_from([0.05, 0.3, 1.0])) if draw(st.integers(0, 4)) == 0 else None
+                    logit_scale=draw(st.sampled_from(logit_scales)))
+    scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
+    scale = draw(st.none() | st.sampled_from(scales)) if draw(st.integers(0, 4)) == 0 else None
+    encodings = tuple((name, draw(st.sampled_from(spellings))) for name, spellings in caps.encodings)
     seed = draw(st.integers(0, 2**31 - 1))
     if kernel and kernel["causal"] and caps.causal_equal_lengths:
         sequences = tuple(replace(s, key_len=s.query_len) for s in sequences)
     return Case(**kernel, sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
                 head_size=head_size, head_size_v=head_size_v, dtype=dtype, scale=scale, sliding_window=window,
                 alibi=alibi, soft_cap=soft_cap, sinks=sinks, attn_chunk_size=chunk, block_sparse=sparse, cache=cache,
-                values=values,
-                seed=seed)
+                values=values, encodings=encodings, seed=seed)

@@ -51,6 +51,7 @@ class AlibiConvention(Enum):
 
     SIGNED = "signed"  # slope * (k_pos - q_pos)   (vLLM's xformers and paged kernels)
     SYMMETRIC = "symmetric"  # -slope * |k_pos - q_pos|   (flash-attn's non-causal ALiBi)
+    SQRT = "sqrt"  # -slope * sqrt(q_pos - k_pos) for earlier keys, 0 for later ones (vLLM's use_alibi_sqrt)
 
 
 class ValueDistribution(Enum):
@@ -202,8 +203,11 @@ class Case:
     causal: bool = False
     causal_alignment: CausalAlignment = CausalAlignment.BOTTOM_RIGHT
     window: tuple[int | None, int | None] | None = None
-    cache: CacheSpec | None = None  # decoder / encoder_decoder: the paged cache (None: contiguous)
+    cache: CacheSpec | None = None  # decoder / encoder_decoder / kernel: the paged cache (None: contiguous)
     values: Values = field(default_factory=Values)
+    # How the kernel call spells semantics that have several spellings (name, spelling), e.g.
+    # ("unbounded_window", "minus_one"): a property of the call, never of the math (the oracle ignores it).
+    encodings: tuple[tuple[str, str], ...] = ()
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -258,7 +262,12 @@ class Case:
 
     @property
     def uses_cache(self) -> bool:
-        return self.attn_type in (AttentionType.DECODER, AttentionType.ENCODER_DECODER)
+        """Whether keys may live in a paged cache (kernel cases: the raw paged APIs, every key cached)."""
+        return self.attn_type in (AttentionType.DECODER, AttentionType.ENCODER_DECODER, AttentionType.KERNEL)
+
+    def encoding(self, name: str, default: str) -> str:
+        """The spelling this case asks the kernel call to use for `name` (default: the adapter's own)."""
+        return dict(self.encodings).get(name, default)
 
     @property
     def window_bounds(self) -> tuple[int | None, int | None]:
@@ -312,6 +321,8 @@ class Case:
         if any(0 < s.query_len and s.context_len > 0 for s in self.sequences):
             on.add("context")
         if self.attn_type == AttentionType.KERNEL:
+            if self.cache is not None:
+                on.add("paged_kernel")
             if self.causal and self.causal_alignment == CausalAlignment.TOP_LEFT:
                 on.add("top_left")
             if self.window is not None:
@@ -403,9 +414,8 @@ def validate(case: Case) -> None:
     _require(case.sliding_window is None or (isinstance(case.sliding_window, int) and case.sliding_window >= 1),
              f"Case.sliding_window={case.sliding_window!r}: must be None or an integer >= 1")
     if case.attn_type == AttentionType.KERNEL:
-        _require(case.sliding_window is None and case.cache is None,
-                 "Case: attn_type=kernel states its window as Case.window=(left, right) and takes contiguous K/V: "
-                 "sliding_window and cache must be None")
+        _require(case.sliding_window is None,
+                 "Case.sliding_window: attn_type=kernel states its window as Case.window=(left, right); must be None")
         w = case.window
         _require(w is None or (isinstance(w, tuple) and len(w) == 2
                                and all(x is None or (isinstance(x, int) and x >= 0) for x in w)),
@@ -443,6 +453,10 @@ def validate(case: Case) -> None:
         _require(case.attn_type == AttentionType.DECODER,
                  f"Case.block_sparse: defined for attn_type=decoder only, not {case.attn_type.value}")
     _validate_cache(case)
+    _require(isinstance(case.encodings, tuple) and all(
+        isinstance(e, tuple) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in case.encodings)
+        and len({e[0] for e in case.encodings}) == len(case.encodings),
+        f"Case.encodings={case.encodings!r}: pairs (name, spelling) of strings, each name once")
     _require(case.values.logit_scale > 0 and math.isfinite(case.values.logit_scale),
              f"Case.values.logit_scale={case.values.logit_scale!r}: must be a finite number > 0")
     _require(isinstance(case.seed, int) and 0 <= case.seed < 2**63,

@@ -1,7 +1,7 @@
 """The strategies reach the edges they promise, in a stated fraction of draws."""
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 
 import dataclasses
 
@@ -16,8 +16,9 @@ N = 300
 def _draws(caps, limits=Limits(), n=N):
     out = []
 
-    # derandomized: these measure the distribution the fuzzer draws from, the same on every run
-    @settings(max_examples=n, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    # a fixed seed: these measure the distribution the fuzzer draws from, the same on every run
+    @seed(20261123)
+    @settings(max_examples=n, database=None, derandomize=False, suppress_health_check=list(HealthCheck))
     @given(cases(caps, limits))
     def collect(case):
         out.append(case)

@@ -37,7 +37,8 @@ def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray],
                         x = case.soft_cap * math.tanh(x / case.soft_cap)
                     if case.alibi is not None:
                         slope = float(np.float32(case.alibi.slopes[h]))  # materialized as float32
-                        x += slope * (t - p) if case.alibi.convention == AlibiConvention.SIGNED else -slope * abs(t - p)
+                        x += {AlibiConvention.SIGNED: slope * (t - p), AlibiConvention.SYMMETRIC: -slope * abs(t - p),
+                              AlibiConvention.SQRT: -slope * math.sqrt(p - t) if t <= p else 0.0}[case.alibi.convention]
                     logits.append(x)
                     vals.append(v[t, h // h_per_kv])
                 if case.sinks is not None:  # the sink: one more logit whose value vector is zero
