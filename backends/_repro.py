@@ -9,6 +9,7 @@ library call, through `Backend.repro_kernel`.
 from __future__ import annotations
 
 from reference.case import Case
+from reference.inputs import RECENT_BOOST
 
 
 class ReproUnsupported(ValueError):
@@ -55,7 +56,13 @@ def draw_inputs(case: Case) -> str:
              "    q = torch.randn(n, H, D, generator=g)"]
     if dist == "outliers":
         lines += ["    channels = torch.randint(0, D, (2,), generator=g)", "    q[:, :, channels] *= 8.0"]
-    lines += [f"    q = q * {case.values.logit_scale!r}",
+    lines += [f"    q = q * {case.values.logit_scale!r}"]
+    if dist == "recent":  # a recency bias from its own generator: the latest keys carry weight
+        lines += ["    u = torch.randn(H_KV, D, generator=torch.Generator().manual_seed(SEED ^ 0x5EED))",
+                  "    u = u / u.norm(dim=-1, keepdim=True).clamp(min=1e-12)",
+                  f"    a = {RECENT_BOOST} ** 0.5 / SCALE ** 0.5",
+                  "    q = q + a * u.repeat_interleave(GROUP, 0)[None]"]
+    lines += [
               f"    shared = {shared}  # keys every sequence shares (a shared-prefix block table)",
               "    prefix_k, prefix_v = torch.randn(shared, H_KV, D, generator=g), torch.randn(shared, H_KV, D_V, generator=g)",
               "    prototypes = torch.randn(4, H_KV, D, generator=g)",
@@ -68,6 +75,10 @@ def draw_inputs(case: Case) -> str:
     elif dist == "outliers":
         lines += ["        if kv_len:",
                   "            k[torch.randint(0, kv_len, (max(1, kv_len // 16),), generator=g)] *= 8.0"]
+    elif dist == "recent":
+        lines += ["        j = torch.arange(kv_len, dtype=torch.float32)",
+                  "        ramp = torch.maximum((j / max(kv_len - 1, 1)) ** 2, torch.exp2(-(kv_len - 1 - j) / 4))",
+                  "        k = k + a * ramp[:, None, None] * u[None]"]
     lines += ["        k[:shared], v[:shared] = prefix_k, prefix_v"]
     if c is not None and c.layout.value == "mla_latent":
         lines += ["        v = k[..., :D_V].clone()  # MLA: the value is the latent's first D_V dims"]

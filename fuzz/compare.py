@@ -114,10 +114,19 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         row["notes"] = json.dumps(actual.notes, default=str)
     judge(row, backend.caps, oracle_inputs, expected, baseline, actual)
     if check_blind and row["verdict"] == Verdict.PASS.value:
-        shifted = attention(oracle_inputs, mask_transform=shift_by_one_key).output
+        changed: list[bool] = []
+
+        def shift(mask):
+            moved = shift_by_one_key(mask)
+            changed.append(bool((moved != mask).any()))
+            return moved
+
+        shifted = attention(oracle_inputs, mask_transform=shift).output
         visible_change = float((shifted - expected.output).abs().max()) if shifted.numel() else 0.0
-        row["mask_shift_error"] = visible_change
-        if visible_change <= row["limit"]:
+        row["mask_shift_error"] = visible_change if any(changed) else None
+        if not any(changed):  # every row sees 0 or 1 key of its 0 or 1: no mask to get wrong, not a blind spot
+            row["message"] = "no row has a key to add or drop: the case checks contracts, not masks"
+        elif visible_change <= row["limit"]:
             row["verdict"] = Verdict.BLIND.value
             row["message"] = (f"a one-key mask shift moves the output by {visible_change:.3g} <= limit "
                               f"{row['limit']:.3g}: this case cannot see mask bugs")

@@ -274,9 +274,13 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         window = _sometimes(draw, caps, Feature.WINDOW, st.sampled_from(
             sorted({1, 2, max(1, max_kv - 1), max_kv, max_kv + 1})) | st.integers(1, max_kv + 2))
     soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, st.sampled_from([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]))
-    # Sinks near the scores, and far above / below them: a kernel's running max must start from the sink.
-    sink = st.floats(-4.0, 6.0, allow_nan=False) | st.sampled_from([-100.0, -30.0, 30.0, 100.0])
-    sinks = _sometimes(draw, caps, Feature.SINKS, st.lists(sink, min_size=num_heads, max_size=num_heads).map(tuple))
+    # Sinks near the scores, and on one head sometimes far above / below them: a kernel's running max must
+    # start from the sink (the other heads keep the case able to see mask bugs).
+    sinks = _sometimes(draw, caps, Feature.SINKS, st.lists(st.floats(-4.0, 6.0, allow_nan=False), min_size=num_heads,
+                                                           max_size=num_heads).map(tuple))
+    far = draw(st.none() | st.tuples(st.integers(0, num_heads - 1), st.sampled_from([-100.0, -30.0, 30.0, 100.0])))
+    if sinks is not None and far is not None:
+        sinks = tuple(far[1] if h == far[0] else x for h, x in enumerate(sinks))
     alibi = None
     if _has(caps, Feature.ALIBI) and draw(st.booleans()):
         convention = draw(st.sampled_from(sorted(caps.alibi_conventions, key=lambda c: c.value)))
@@ -291,7 +295,13 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     # Logit magnitudes from nearly uniform to one-hot (scales 1e-3..10, logit scales up to 50); fp16 keeps
     # its scores under its 65504 limit so that the fp16 baseline stays an honest yardstick.
     logit_scales = [1.0, 0.5, 2.0, 4.0, 8.0, 16.0, 50.0] if dtype != DType.FLOAT16 else [1.0, 0.5, 2.0, 4.0, 8.0, 16.0]
-    values = Values(distribution=draw(st.sampled_from(list(ValueDistribution))),
+    # RECENT (a trained decoder's recency bias) twice as often: it puts weight on mask edges, so few cases
+    # are blind; the simplest class of a long sequence, where uniform attention would hide a one-key shift.
+    classes = [ValueDistribution.NORMAL, ValueDistribution.RECENT, ValueDistribution.SHARP, ValueDistribution.OUTLIERS,
+               ValueDistribution.RECENT]
+    if tier == "long":
+        classes[0], classes[1] = classes[1], classes[0]
+    values = Values(distribution=draw(st.sampled_from(classes)),
                     logit_scale=draw(st.sampled_from(logit_scales)))
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
     scale = draw(st.none() | st.sampled_from(scales)) if draw(st.integers(0, 4)) == 0 else None

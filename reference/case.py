@@ -60,6 +60,7 @@ class ValueDistribution(Enum):
     NORMAL = "normal"  # N(0, 1): logits O(logit_scale)
     OUTLIERS = "outliers"  # a few channels and tokens 20x larger: stresses the running max
     SHARP = "sharp"  # keys are near-duplicates of a few prototypes: peaked, near-tied softmax
+    RECENT = "recent"  # a recency bias, as trained decoders have: the latest keys carry weight, mask edges show
 
 
 class KVLayout(Enum):

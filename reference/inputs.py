@@ -64,8 +64,9 @@ def materialize(case: Case, device: torch.device | str = "cpu") -> Inputs:
     """Deterministic inputs for `case` on `device` (same case and seed: bit-identical tensors)."""
     gen = torch.Generator().manual_seed(case.seed)
     dtype = case.dtype.torch
-    query = _draw_queries(case, gen).to(dtype)
+    query = _draw_queries(case, gen)
     keys, values = _draw_keys_values(case, gen)
+    query = query.to(dtype)
     keys = [k.to(dtype) for k in keys]
     values = [v.to(dtype) for v in values]
 
@@ -128,7 +129,11 @@ def _draw_queries(case: Case, gen: torch.Generator) -> Tensor:
     if case.values.distribution == ValueDistribution.OUTLIERS:
         channels = torch.randint(0, case.head_size, (2,), generator=gen)
         q[:, :, channels] *= 8.0
-    return q * case.values.logit_scale
+    q = q * case.values.logit_scale
+    if case.values.distribution == ValueDistribution.RECENT:
+        u, a = recency_direction(case)
+        q = q + a * u.repeat_interleave(case.num_heads // case.num_kv_heads, 0)[None]
+    return q
 
 
 def _draw_keys_values(case: Case, gen: torch.Generator) -> tuple[list[Tensor], list[Tensor]]:
@@ -152,6 +157,9 @@ def _draw_keys_values(case: Case, gen: torch.Generator) -> tuple[list[Tensor], l
         elif case.values.distribution == ValueDistribution.OUTLIERS and n > 0:
             tokens = torch.randint(0, n, (max(1, n // 16),), generator=gen)
             k[tokens] *= 8.0
+        elif case.values.distribution == ValueDistribution.RECENT:
+            u, a = recency_direction(case)
+            k = k + a * recency_ramp(n)[:, None, None] * u[None]
         if shared:
             k[:shared], v[:shared] = prefix_k, prefix_v
         if case.cache is not None and case.cache.layout == KVLayout.MLA_LATENT:
@@ -159,6 +167,25 @@ def _draw_keys_values(case: Case, gen: torch.Generator) -> tuple[list[Tensor], l
         keys.append(k)
         values.append(v)
     return keys, values
+
+
+RECENT_BOOST = 6.0  # logit added to a sequence's last key (in scaled units): it takes about e^6 more weight
+
+
+def recency_ramp(n: int) -> Tensor:
+    """[n] in [0, 1]: max((j / (n-1))^2, 2^(-(n-1-j)/4)): rising over the sequence, and 1 on its last
+    keys however long it is (a long sequence's edge keys still stand out)."""
+    j = torch.arange(n, dtype=torch.float32)
+    return torch.maximum((j / max(n - 1, 1)) ** 2, torch.exp2(-(n - 1 - j) / 4))
+
+
+def recency_direction(case: Case) -> tuple[Tensor, float]:
+    """(u [H_kv, D] unit vectors, a) of the RECENT distribution, from their own generator (seed ^ 0x5EED) so
+    the other draws keep their order: query += a*u, key j += a*recency_ramp(n)[j]*u, so q.k gains up to
+    RECENT_BOOST (after scaling) on a sequence's latest keys. A causal or window edge then sits on keys
+    with real weight, and moving it by one key moves the output (no blind case)."""
+    u = torch.randn(case.num_kv_heads, case.head_size, generator=torch.Generator().manual_seed(case.seed ^ 0x5EED))
+    return u / u.norm(dim=-1, keepdim=True).clamp(min=1e-12), math.sqrt(RECENT_BOOST / case.softmax_scale)
 
 
 def _new_tokens(case: Case, keys: list[Tensor], values: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
