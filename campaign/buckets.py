@@ -122,6 +122,7 @@ class Bucket:
     count: int = 0
     first_seen: float | None = None
     examples: list[str] = field(default_factory=list)  # a few rows' example ids
+    merged: list[dict] = field(default_factory=list)  # minimal rows of more specific buckets this one covers
 
     @property
     def id(self) -> str:
@@ -255,6 +256,13 @@ def assign(rows: list[dict]) -> tuple[dict[str, Bucket], list[str | None]]:
             b = buckets.setdefault(sig.bucket_id, Bucket(sig, minimal=r))
             if b.minimal is None or (r.get("case_file") and not b.minimal.get("case_file")):
                 b.minimal = r
+    # A minimal case that a more general bucket covers is the same bug seen with extra features: fold it in.
+    for b in sorted(buckets.values(), key=lambda b: -len(b.signature.features)):
+        general = _most_general([a for a in buckets.values() if a is not b and b.minimal is not None
+                                 and len(a.signature.features) < len(b.signature.features) and covers(a, b.minimal)])
+        if general is not None:
+            general.merged.append(b.minimal)
+            del buckets[b.id]
     shrunk = list(buckets.values())
     failing = [r for r in rows if r.get("phase") in ("generate", "replay") and is_new_failure(r)]
     home: dict[int, Bucket] = {}

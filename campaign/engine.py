@@ -364,6 +364,7 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
     from fuzz.compare import ORACLE_CPU_MAX
 
     prepare(cfg.out)
+    _declare(cfg)
     gpus = _visible_gpus()
     per = cfg.workers if isinstance(cfg.workers, int) else default_workers(gpus, gpu_mem_gib=_gpu_mem_gib())
     slots = per * max(1, gpus)
@@ -381,6 +382,18 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
         plumbing = LocalPool(wcfg, slots=slots, gpus=gpus, log_dir=Path(cfg.out) / "logs",
                              tag=str(Path(cfg.out).resolve()))
     return Driver(cfg, plumbing, wcfg).run()
+
+
+def _declare(cfg: CampaignConfig) -> None:
+    """Write what each backend declares (the report's coverage map compares draws with it)."""
+    from backends.registry import get
+
+    from .declarations import write_declarations
+
+    try:
+        write_declarations(cfg.out, [get(name, include_mutants=True, specs=cfg.specs) for name in cfg.backends])
+    except (KeyError, OSError):
+        pass  # the campaign's own checks report unknown backends and unwritable directories
 
 
 def _visible_gpus() -> int:

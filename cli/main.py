@@ -179,13 +179,16 @@ def _cmd_report(a) -> int:
 
 
 def _cmd_repro(a) -> int:
-    from .repro import write_repro
+    from reports.repro import ReproUnsupported, write_repro
 
     case, payload = load_case_file(a.case)
     name = a.backend or payload.get("backend")
     if not name:
         raise UsageError(f"{a.case}: the file names no backend; pass --backend NAME")
-    text = write_repro(case, name, specs=tuple(a.backend_spec))
+    try:
+        text = write_repro(case, name, specs=tuple(a.backend_spec))
+    except ReproUnsupported as e:
+        raise UsageError(f"repro: {e}") from None
     if a.output:
         Path(a.output).write_text(text)
         print(f"repro: {a.output} (run it with python; it needs only torch and the library under test)")

@@ -70,6 +70,7 @@ def base_row(backend: Backend, case: Case) -> dict[str, Any]:
         "max_query_len": case.max_query_len, "size_tier": size_tier(case),
         "num_heads": case.num_heads, "num_kv_heads": case.num_kv_heads, "head_size": case.head_size,
         "value_class": case.values.distribution.value, "logit_scale": case.values.logit_scale,
+        "encodings": ",".join(f"{name}={value}" for name, value in case.encodings),
         "seed": case.seed,
     }
 

@@ -315,6 +315,8 @@ class Case:
                 on.add(f"kv_{self.kv_cache_dtype.value}")
             if self.cache.quant.q_fp8_scale is not None:
                 on.add("q_fp8")
+            if self.cache.quant.dynamic_scales:
+                on.add("dynamic_scales")
             if self.cache.layers:
                 on.add("layered_cache")
         if any(s.query_len == 0 for s in self.sequences):

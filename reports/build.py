@@ -6,8 +6,6 @@ PNG, no network) and every value shown passes through Jinja's autoescaping.
 """
 from __future__ import annotations
 
-import base64
-import io
 import json
 import math
 from pathlib import Path
@@ -20,20 +18,32 @@ FAILURES = ("mismatch", "nan", "contract", "crash", "timeout")
 VERDICTS = ("pass", "blind", "unsupported") + FAILURES
 
 
-def load_rows(results: Path) -> pd.DataFrame:
-    """All rows of rows.jsonl as a DataFrame (generation-phase rows unless `phase` says otherwise)."""
-    lines = (results / "rows.jsonl").read_text().splitlines() if (results / "rows.jsonl").exists() else []
+def read_jsonl(path: Path) -> list[dict]:
+    """Every whole JSON object line of a file (a line torn by a kill is skipped)."""
     rows = []
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    if path.exists():
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(row, dict):
+                    rows.append(row)
+    return rows
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     for col in ("backend", "verdict", "phase", "features", "dtype", "kv_cache_dtype", "case", "message"):
         if col not in df:
             df[col] = None
     return df
+
+
+def load_rows(results: Path) -> pd.DataFrame:
+    """All rows of rows.jsonl as a DataFrame."""
+    return frame(read_jsonl(results / "rows.jsonl"))
 
 
 def generated(df: pd.DataFrame) -> pd.DataFrame:
@@ -61,18 +71,6 @@ def tolerance_table(df: pd.DataFrame) -> pd.DataFrame:
     judged = (out["examples"] - out["unsupported"]).clip(lower=1)
     out["pass_rate"] = (out["passed"] / judged).round(4)
     return out
-
-
-def feature_matrix(df: pd.DataFrame) -> pd.DataFrame:
-    """Backend x feature verdict counts ('pass/fail/unsupported/blind' per cell)."""
-    g = generated(df).copy()
-    if g.empty:
-        return pd.DataFrame()
-    g["feature"] = g["features"].fillna("").map(lambda s: [f for f in s.split(",") if f] or ["(plain)"])
-    g = g.explode("feature")
-    g["bucket"] = g["verdict"].map(lambda v: "fail" if v in FAILURES else v)
-    return g.pivot_table(index=["backend", "feature"], columns="bucket", values="case", aggfunc="count",
-                         fill_value=0).reset_index()
 
 
 def failure_clusters(df: pd.DataFrame, top: int = 8) -> pd.DataFrame:
@@ -135,16 +133,22 @@ def load_probes(results: Path) -> list[dict]:
     return [latest[k] for k in sorted(latest)]
 
 
-def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], probes: list[dict] = ()) -> str:
+def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], probes: list[dict] = (),
+                     buckets: list[dict] = (), blind_spots: pd.DataFrame | None = None) -> str:
     lines = ["# attnref results", "", "| backend | examples | pass | blind | fail | unsupported |", "|---|---|---|---|---|---|"]
     for backend, rows in generated(df).groupby("backend"):
         v = rows["verdict"]
         lines.append(f"| {backend} | {len(rows)} | {(v == 'pass').sum()} | {(v == 'blind').sum()} | "
                      f"{v.isin(FAILURES).sum()} | {(v == 'unsupported').sum()} |")
-    if failures:
-        lines += ["", "## Minimal failing cases", ""]
-        for f in failures:
-            lines.append(f"- **{f['backend']}** `{f['verdict']}`: {f['message']}  \n  replay: `{f['replay']}`")
+    if buckets:
+        lines += ["", f"## New failure buckets: {len(buckets)}", "", "| bucket | backend | symptom | features | count | minimal case |",
+                  "|---|---|---|---|---|---|"]
+        replay = {f["id"]: f["replay"] for f in failures}
+        lines += [f"| {b['id']} | {b['backend']} | {b['verdict']}/{b['symptom'][:60]} | {b['features']} | {b['count']} | "
+                  f"{('`' + replay.get(b['page'], b['page']) + '`') if b['page'] else 'not shrunk'} |" for b in buckets]
+    if blind_spots is not None and not blind_spots.empty:
+        lines += ["", f"## Declared but never drawn: {len(blind_spots)}", ""]
+        lines += [f"- {r.backend}: {r.dimension} = {r.value}" for r in blind_spots.itertuples()]
     off = [p for p in probes if p["verdict"] not in ("pass", "not_applicable")]
     if probes:
         lines += ["", f"## Convention probes: {len(probes) - len(off)} of {len(probes)} ran clean or did not apply", ""]
@@ -152,152 +156,37 @@ def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], 
     return "\n".join(lines) + "\n"
 
 
-# --- figures -------------------------------------------------------------------------------------
-
-def _png(fig) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def ratio_histogram(df: pd.DataFrame) -> str | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    g = generated(df)
-    if "error_ratio" not in g or g["error_ratio"].dropna().empty:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 3))
-    for backend, rows in g.groupby("backend"):
-        r = rows["error_ratio"].dropna()
-        r = r[(r > 0) & (r < 1e6)]
-        if len(r):
-            ax.hist(r.clip(lower=1e-4), bins=[10 ** (x / 4) for x in range(-16, 25)], histtype="step", label=str(backend))
-    ax.set_xscale("log")
-    ax.axvline(1.0, color="red", linestyle="--", linewidth=1)
-    ax.set_xlabel("max error / tolerance limit (fails right of the red line)")
-    ax.set_ylabel("examples")
-    ax.legend(fontsize=6)
-    return _png(fig)
-
-
-def failure_figures(tensors: dict, row: dict) -> dict[str, str]:
-    """Heatmaps of |actual - expected| (tokens x heads) per sequence and the worst row's profile."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import torch
-
-    out = {}
-    exp, act = tensors.get("expected_output"), tensors.get("actual_output")
-    if exp is None or act is None or tuple(exp.shape) != tuple(act.shape) or exp.numel() == 0:
-        return out
-    err = (act.double() - exp.double()).abs().amax(-1)  # [tokens, heads]
-    err = torch.nan_to_num(err, nan=float("inf"))
-    finite_max = float(err[torch.isfinite(err)].max()) if torch.isfinite(err).any() else 1.0
-    shown = torch.where(torch.isfinite(err), err, torch.full_like(err, finite_max * 1.5 + 1e-12))
-    starts = tensors["query_start_loc"].tolist()
-    n = max(1, len(starts) - 1)
-    fig, axes = plt.subplots(1, n, figsize=(min(3 * n, 14), 3), squeeze=False)
-    for i in range(n):
-        a, b = starts[i], starts[i + 1]
-        ax = axes[0][i]
-        if b > a:
-            im = ax.imshow(shown[a:b].T.numpy(), aspect="auto", cmap="magma", interpolation="nearest")
-            fig.colorbar(im, ax=ax, fraction=0.05)
-        ax.set_title(f"seq {i}", fontsize=8)
-        ax.set_xlabel("token")
-        ax.set_ylabel("head")
-    out["heatmap"] = _png(fig)
-    t, h = row.get("worst_token_flat"), row.get("worst_head")
-    if t is not None and h is not None and not (isinstance(t, float) and math.isnan(t)):
-        fig, ax = plt.subplots(figsize=(7, 2.5))
-        ax.plot(exp[int(t), int(h)].double().numpy(), label="expected (float64 oracle)")
-        ax.plot(act[int(t), int(h)].double().numpy(), label="actual", linestyle="--")
-        ax.set_xlabel("dim")
-        ax.set_title(f"worst row: token {int(t)}, head {int(h)}", fontsize=8)
-        ax.legend(fontsize=7)
-        out["worst_row"] = _png(fig)
-    return out
-
-
-def worst_elements(tensors: dict, k: int = 10) -> list[dict]:
-    import torch
-
-    exp, act = tensors.get("expected_output"), tensors.get("actual_output")
-    if exp is None or act is None or tuple(exp.shape) != tuple(act.shape) or exp.numel() == 0:
-        return []
-    d = torch.nan_to_num((act.double() - exp.double()).abs(), nan=float("inf"))
-    vals, idx = d.flatten().topk(min(k, d.numel()))
-    H, D = exp.shape[1], exp.shape[2]
-    return [dict(token=int(i) // (H * D), head=(int(i) // D) % H, dim=int(i) % D, expected=float(exp.flatten()[i]),
-                 actual=float(act.flatten()[i]), abs_err=float(v)) for v, i in zip(vals, idx)]
-
-
-def lse_table(tensors: dict, k: int = 8) -> list[dict]:
-    import torch
-
-    e, a = tensors.get("expected_lse"), tensors.get("actual_lse")
-    if e is None or a is None or tuple(e.shape) != tuple(a.shape) or e.numel() == 0:
-        return []
-    d = torch.nan_to_num((a.double() - e.double()).abs(), nan=float("inf"), posinf=float("inf"))
-    d = torch.where(torch.isneginf(e) & torch.isneginf(a), torch.zeros_like(d), d)
-    vals, idx = d.flatten().topk(min(k, d.numel()))
-    H = e.shape[1]
-    return [dict(token=int(i) // H, head=int(i) % H, expected=float(e.flatten()[i]), actual=float(a.flatten()[i]),
-                 abs_err=float(v)) for v, i in zip(vals, idx)]
-
-
 # --- the whole report ----------------------------------------------------------------------------
 
-def _failure_pages(results: Path) -> list[dict]:
-    import torch
+def bucket_table(rows: list[dict]) -> list[dict]:
+    """One line per failure bucket (campaign.buckets.assign on the rows): count, first seen, minimal case."""
+    import time
 
-    pages = []
-    for path in sorted((results / "cases").glob("*.json")) if (results / "cases").exists() else []:
-        payload = json.loads(path.read_text())
-        row = payload.get("row", {})
-        tensors = {}
-        pt = path.with_suffix(".pt")
-        if pt.exists():
-            tensors = torch.load(pt, weights_only=True)
-        pages.append(dict(
-            id=path.stem, backend=payload.get("backend"), verdict=payload.get("verdict"),
-            message=row.get("message", ""), contract=row.get("contract", ""), replay=payload.get("replay", ""),
-            case_fields=_flatten(payload.get("case", {})), case_json=json.dumps(payload.get("case", {}), indent=1),
-            metrics={k: row[k] for k in ("max_err", "limit", "mean_err", "mean_limit", "baseline_max_err",
-                                          "max_rel_err", "rmse", "cosine", "nan_count", "inf_count", "lse_max_err",
-                                          "lse_limit", "worst_seq", "worst_token", "worst_head", "worst_dim",
-                                          "known_issue") if k in row},
-            figures=failure_figures(tensors, row) if tensors else {},
-            worst=worst_elements(tensors) if tensors else [], lse=lse_table(tensors) if tensors else [],
-            traceback=row.get("traceback", "")))
-    return pages
+    from campaign.buckets import assign
 
-
-def _flatten(d, prefix="") -> list[tuple[str, str]]:
+    buckets, _ = assign(rows)
     out = []
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out += _flatten(v, key + ".")
-        else:
-            out.append((key, json.dumps(v) if not isinstance(v, str) else v))
+    for b in sorted(buckets.values(), key=lambda b: (b.signature.backend, -b.count)):
+        case_file = (b.minimal or {}).get("case_file")
+        out.append(dict(id=b.id, backend=b.signature.backend, verdict=b.signature.verdict, symptom=b.signature.symptom,
+                        features=",".join(sorted(b.signature.features)) or "plain", count=b.count,
+                        first_seen=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.first_seen)) if b.first_seen else "",
+                        page=Path(case_file).stem if case_file else "", examples=", ".join(b.examples),
+                        also=[Path(m["case_file"]).stem for m in b.merged if m.get("case_file")]))
     return out
 
 
 def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
-    """Write results.parquet/.csv, tolerance.csv, junit.xml, summary.md and report/index.html."""
+    """Write results.parquet/.csv, tolerance.csv, coverage.csv, junit.xml, summary.md and report/index.html."""
+    from .coverage import coverage_map, load_declarations, never_drawn
+    from .figures import ratio_histograms
+    from .pages import case_pages
+
     out = out or results / "report"
     out.mkdir(parents=True, exist_ok=True)
-    df = load_rows(results)
-    flat = df.drop(columns=[c for c in ("traceback", "worker_output") if c in df])
+    rows = read_jsonl(results / "rows.jsonl")
+    df = frame(rows)
+    flat = df.drop(columns=[c for c in ("traceback", "worker_output", "symptoms") if c in df])
     flat.to_csv(results / "results.csv", index=False)
     try:
         flat.astype({c: str for c in flat.columns if flat[c].dtype == object}).to_parquet(results / "results.parquet")
@@ -305,23 +194,37 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
         pass
     tol = tolerance_table(df)
     tol.to_csv(results / "tolerance.csv", index=False)
+    coverage = coverage_map(df, load_declarations(results))
+    coverage.to_csv(results / "coverage.csv", index=False)
     (results / "junit.xml").write_text(junit_xml(df))
-    pages = _failure_pages(results)
+    pages = case_pages(results)
     probes = load_probes(results)
-    (results / "summary.md").write_text(markdown_summary(df, tol, pages, probes))
+    buckets = bucket_table(rows)
+    (results / "summary.md").write_text(markdown_summary(df, tol, pages, probes, buckets, never_drawn(coverage)))
 
     env = Environment(loader=PackageLoader("reports", "templates"), autoescape=select_autoescape(default=True))
-    matrix = feature_matrix(df)
     clusters = failure_clusters(df)
     counts = generated(df).groupby("backend")["verdict"].value_counts().unstack(fill_value=0) if not df.empty else pd.DataFrame()
+    g = generated(df)
+    ratios = g[["backend", "error_ratio"]] if "error_ratio" in g else pd.DataFrame(columns=["backend", "error_ratio"])
     index = env.get_template("index.html").render(
         counts=counts.reset_index().to_dict("records") if not counts.empty else [],
         verdicts=[v for v in VERDICTS if v in counts.columns] if not counts.empty else [],
         tolerance=tol.to_dict("records"), tolerance_columns=list(tol.columns),
-        matrix=matrix.to_dict("records"), matrix_columns=list(matrix.columns),
-        clusters=clusters.to_dict("records"), histogram=ratio_histogram(df), failures=pages,
+        coverage=_coverage_grid(coverage), buckets=buckets,
+        clusters=clusters.to_dict("records"), histogram=ratio_histograms(ratios), failures=pages,
         probes=probes)
     (out / "index.html").write_text(index)
     for page in pages:
         (out / f"{page['id']}.html").write_text(env.get_template("failure.html").render(p=page))
     return {"index": out / "index.html", "csv": results / "results.csv"}
+
+
+def _coverage_grid(coverage: pd.DataFrame) -> list[dict]:
+    """Per backend and dimension, its values as 'value drawn/failed' cells (declared and never drawn: flagged)."""
+    grid = []
+    for (backend, dimension), part in coverage.groupby(["backend", "dimension"], sort=False):
+        grid.append(dict(backend=backend, dimension=dimension,
+                         cells=[dict(value=r.value, drawn=int(r.drawn), failed=int(r.failed), declared=bool(r.declared))
+                                for r in part.itertuples()]))
+    return grid

@@ -1,4 +1,4 @@
-"""`attnref repro`: a self-contained script that reproduces a finding with torch and the library alone.
+"""Repro scripts (`attnref repro`, and each case page of the report): a self-contained script that reproduces a finding with torch and the library alone.
 
 The script rebuilds the case's tensors from its seed (drawn in attnref's order: the same values),
 calls the library as the backend's adapter does (`Backend.repro_kernel`), computes the expected
@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 
 from backends._repro import MASKS, ReproUnsupported, attention_function, check, constants, draw_inputs
+
+__all__ = ["ReproUnsupported", "write_repro"]
 from backends.registry import get
 from fuzz.tolerance import rule_for
 from reference.case import Case
-
-from .caseio import UsageError
 
 FOOTER = '''
 def largest(t):
@@ -59,19 +59,16 @@ if __name__ == "__main__":
 
 
 def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> str:
-    """The repro script's text for `case` on `backend_name` (UsageError when it cannot be written)."""
+    """The repro script's text for `case` on `backend_name`; ReproUnsupported says why it cannot be written."""
     try:
         backend = get(backend_name, include_mutants=True, specs=specs)
     except KeyError as e:
-        raise UsageError(f"--backend: {e.args[0]}") from None
-    try:
-        check(case)
-    except ReproUnsupported as e:
-        raise UsageError(f"repro: {e}") from None
+        raise ReproUnsupported(e.args[0]) from None
+    check(case)
     kernel = backend.repro_kernel(case)
     if kernel is None:
-        raise UsageError(f"repro: backend {backend_name} has no repro template for this case "
-                         f"(replay it with: attnref replay CASE --backend {backend_name})")
+        raise ReproUnsupported(f"backend {backend_name} has no repro template for this case "
+                               f"(replay it with: attnref replay CASE --backend {backend_name})")
     rule = rule_for(case.dtype, case.kv_cache_dtype)
     device = sorted(backend.caps.devices)[0] if backend.caps.devices != frozenset({"cpu", "cuda"}) else "cpu"
     header = (f'"""Reproducer for {backend_name} ({backend.library}), written by `attnref repro`.\n\n'

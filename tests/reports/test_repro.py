@@ -9,8 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from backends.registry import get
-from cli.caseio import UsageError
-from cli.repro import write_repro
+from reports.repro import ReproUnsupported, write_repro
 from fuzz.compare import evaluate
 from fuzz.strategies import Limits, cases
 from reference.case import BlockSparse, CacheSpec, Case, DType, SequenceSpec
@@ -65,7 +64,7 @@ def test_a_mutant_s_script_shows_its_bug_as_attnref_does(tmp_path):
 
 def test_cases_the_script_cannot_write_out_say_why():
     sparse = WINDOW_BUG.replace(sliding_window=None, block_sparse=BlockSparse())
-    with pytest.raises(UsageError, match="block_sparse"):
+    with pytest.raises(ReproUnsupported, match="block_sparse"):
         write_repro(sparse, "torch-naive-paged")
-    with pytest.raises(UsageError, match="no repro template"):
+    with pytest.raises(ReproUnsupported, match="no repro template"):
         write_repro(WINDOW_BUG, "mutant-wrong-block-size")

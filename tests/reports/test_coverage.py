@@ -1,0 +1,32 @@
+"""The coverage map: every declared value of every dimension, drawn or not; a short campaign on the
+CPU paged kernel draws all of them."""
+from __future__ import annotations
+
+import pandas as pd
+
+from backends.registry import get
+from campaign.declarations import declarations
+from campaign.engine import CampaignConfig, run_campaign
+from reports.build import load_rows
+from reports.coverage import coverage_map, load_declarations, never_drawn
+
+
+def test_a_declared_value_never_drawn_shows_as_zero_and_an_undeclared_one_is_flagged():
+    rows = pd.DataFrame([dict(backend="k", phase="generate", verdict="pass", features="gqa,window", dtype="bfloat16"),
+                         dict(backend="k", phase="generate", verdict="mismatch", features="window", dtype="float16")])
+    cov = coverage_map(rows, {"k": {"feature": ["gqa", "window", "alibi"], "dtype": ["bfloat16"]}})
+    get_ = lambda d, v: cov[(cov.dimension == d) & (cov.value == v)].iloc[0]  # noqa: E731
+    assert (get_("feature", "window").drawn, get_("feature", "window").failed) == (2, 1)
+    assert get_("feature", "alibi").drawn == 0 and list(never_drawn(cov).value) == ["alibi"]
+    assert not get_("dtype", "float16").declared
+
+
+def test_a_short_campaign_on_the_cpu_paged_kernel_draws_everything_it_declares(tmp_path):
+    run_campaign(CampaignConfig(out=tmp_path, backends=["torch-naive-paged"], examples=500, workers=2, progress=False))
+    cov = coverage_map(load_rows(tmp_path), load_declarations(tmp_path))
+    declared = declarations(get("torch-naive-paged"))
+    assert set(cov.dimension) == {d for d, values in declared.items() if values}
+    missing = never_drawn(cov)
+    assert missing.empty, missing.to_string()
+    tiers = cov[cov.dimension == "size_tier"].set_index("value")["share"]
+    assert tiers["tile"] + tiers["long"] >= 0.3
