@@ -19,8 +19,9 @@ from .scores import alibi_bias, apply_soft_cap
 from .softmax import logsumexp_with_sink, probabilities
 from .visibility import query_positions, visible
 
-# Score-matrix elements one chunk may hold (2**22 float64 = 32 MiB).
+# Score-matrix elements one chunk may hold (2**22 float64 = 32 MiB), and keys per chunk.
 CHUNK_ELEMENTS = 2**22
+KEY_CHUNK = 4096
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Expected:
 
 
 def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False,
-              chunk_elements: int = CHUNK_ELEMENTS,
+              chunk_elements: int = CHUNK_ELEMENTS, key_chunk: int = KEY_CHUNK,
               mask_transform: Callable[[Tensor], Tensor] | None = None) -> Expected:
     """Attention of every query token over the keys the Case lets it see.
 
@@ -56,7 +57,7 @@ def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bo
             scale=case.softmax_scale, q_pos=query_positions(case, seq).to(query.device),
             alibi=None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(dtype), case.alibi.convention),
             soft_cap=case.soft_cap, sink=None if inputs.sinks is None else inputs.sinks.to(dtype),
-            dtype=dtype, reorder=reorder, chunk_elements=chunk_elements)
+            dtype=dtype, reorder=reorder, chunk_elements=chunk_elements, key_chunk=key_chunk)
         outputs.append(out)
         lses.append(lse)
         counts.append(mask.sum(-1).expand(case.num_heads, -1).transpose(0, 1))
@@ -83,7 +84,7 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
                     alibi: tuple[Tensor, object] | None = None,
                     soft_cap: float | None = None, sink: Tensor | None = None,
                     dtype: torch.dtype = torch.float64, reorder: bool = False,
-                    chunk_elements: int = CHUNK_ELEMENTS) -> tuple[Tensor, Tensor]:
+                    chunk_elements: int = CHUNK_ELEMENTS, key_chunk: int = KEY_CHUNK) -> tuple[Tensor, Tensor]:
     """Output [q, H, D_v] and LSE [q, H] of one sequence: q [q, H, D], k/v [kv, H_kv, D], visible [H|1, q, kv].
 
     Query head h reads kv head h // (H / H_kv). Chunks over keys (and queries) are merged by LSE.
@@ -92,7 +93,7 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
     num_q, num_heads = q.shape[0], q.shape[1]
     num_k = k.shape[0]
     group = num_heads // k.shape[1]
-    k_chunk = max(1, min(num_k, 4096)) if num_k else 1
+    k_chunk = max(1, min(num_k, key_chunk)) if num_k else 1
     q_chunk = max(1, min(num_q, chunk_elements // (num_heads * k_chunk)))
     if q_pos is None:
         q_pos = torch.arange(num_q, device=q.device) + (num_k - num_q)

@@ -13,7 +13,7 @@ from fuzz.strategies import ORACLE_CAPS, Limits, cases
 from reference import layouts, quant
 from reference.inputs import read_kv, write_kv
 
-SMALL = Limits(max_sequences=3, max_context=40, max_query=6, max_kv_heads=2)
+SMALL = Limits(max_sequences=3, max_context=40, max_query=6, max_kv_heads=2, tiers=("small",))
 PAGED = dataclasses.replace(ORACLE_CAPS, attn_types=frozenset({r.AttentionType.DECODER, r.AttentionType.ENCODER_DECODER}),
                             requires_cache=True)
 UNQUANTIZED = dataclasses.replace(PAGED, kv_cache_dtypes=frozenset({r.KVCacheDType.AUTO}))

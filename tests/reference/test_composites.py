@@ -16,7 +16,7 @@ from reference import batching, block_sparse, cascade, dcp, local_batches, mla
 from reference.visibility import query_positions, visible
 from tests.reference.test_oracle_properties import close
 
-SMALL = Limits(max_sequences=3, max_context=40, max_query=6, max_kv_heads=2)
+SMALL = Limits(max_sequences=3, max_context=40, max_query=6, max_kv_heads=2, tiers=("small",))
 DECODER = dataclasses.replace(ORACLE_CAPS, attn_types=frozenset({r.AttentionType.DECODER}))
 PAGED_DECODER = dataclasses.replace(DECODER, requires_cache=True)
 

@@ -13,7 +13,7 @@ from reference.attention import attend_sequence
 from reference.visibility import query_positions, visible
 from tests.reference.brute_force import brute_force_attention
 
-SMALL = Limits(max_sequences=3, max_context=12, max_query=6, max_kv_heads=2)
+SMALL = Limits(max_sequences=3, max_context=12, max_query=6, max_kv_heads=2, tiers=("small",))
 CONTIGUOUS = dataclasses.replace(ORACLE_CAPS, kv_layouts=frozenset())  # no paged cache: keys as given
 
 
@@ -107,11 +107,12 @@ def test_splitting_keys_and_merging_by_lse_equals_whole(case, data):
     assert close(whole[0], merged[0]) and close(whole[1], merged[1])
 
 
-@given(cases(CONTIGUOUS, SMALL))
-def test_chunked_evaluation_equals_one_block(case):
+@given(cases(CONTIGUOUS, SMALL), st.integers(1, 13))
+def test_chunked_evaluation_equals_one_block(case, key_chunk):
+    # ALiBi cases included: a key chunk must keep its keys' absolute positions (not restart at 0)
     inputs = r.materialize(case)
     a = r.attention(inputs)
-    b = r.attention(inputs, chunk_elements=1)  # one query row per chunk
+    b = r.attention(inputs, chunk_elements=1, key_chunk=key_chunk)  # one query row, `key_chunk` keys per chunk
     assert close(a.output, b.output) and close(a.lse, b.lse)
 
 

@@ -1,0 +1,158 @@
+"""The verdict code itself, with synthetic kernels that are *just* off: 1.05x of a limit fails, 0.95x
+passes; a broad shift under the max limit fails the mean check; empty rows must be exactly 0 with the
+declared LSE; a blind case is called blind; every symptom is recorded. (A mutation audit found these
+checks could be loosened or dropped without any test noticing.)"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import reference as r
+from backends.base import Actual, Backend, Capabilities, LseBase
+from fuzz.compare import evaluate
+from fuzz.judge import judge
+from reference.attention import attention
+
+CASE = r.Case(sequences=(r.SequenceSpec(query_len=3, context_len=4), r.SequenceSpec(query_len=2, context_len=0)),
+              num_heads=2, num_kv_heads=2, head_size=16, dtype=r.DType.BFLOAT16, seed=3)
+# A kernel-level case whose first rows see no key: queries outnumber keys under bottom-right causality.
+EMPTY = r.Case(sequences=(r.SequenceSpec(query_len=4, key_len=2),), attn_type=r.AttentionType.KERNEL, causal=True,
+               num_heads=2, num_kv_heads=2, head_size=16, dtype=r.DType.BFLOAT16, seed=4)
+
+
+class Synthetic(Backend):
+    """Returns the float64 oracle's answer, edited by `edit(output, lse, expected)`."""
+
+    name, library = "synthetic", "test"
+
+    def __init__(self, edit, empty_row_lse: float = -math.inf) -> None:
+        self.edit = edit
+        self.caps = Capabilities(devices=frozenset({"cpu"}), dtypes=frozenset(r.DType), head_sizes=(16,),
+                                 attn_types=frozenset(r.AttentionType), lse_base=LseBase.E, empty_row_lse=empty_row_lse,
+                                 features=frozenset(__import__("backends.base").base.Feature),
+                                 causal_modes=frozenset({True, False}))
+
+    def run(self, inputs):
+        expected = attention(inputs)
+        out, lse = expected.output.clone(), expected.lse.clone()
+        self.edit(out, lse, expected)
+        return Actual(output=out.to(inputs.case.dtype.torch), lse=lse.float())
+
+
+def _limits(case: r.Case) -> dict:
+    """The row of an exact kernel: its limits are what the synthetic kernels aim at."""
+    return evaluate(Synthetic(lambda o, l, e: None), case, check_blind=False).row
+
+
+def _verdict(case: r.Case, edit, **kw) -> dict:
+    return evaluate(Synthetic(edit, **kw), case, check_blind=False).row
+
+
+@pytest.mark.parametrize("factor,verdict", [(1.05, "mismatch"), (0.95, "pass")])
+def test_one_element_just_past_or_inside_the_max_limit(factor, verdict):
+    base = _limits(CASE.replace(dtype=r.DType.FLOAT32))
+    limit = base["limit"]
+
+    def edit(out, lse, expected):
+        out[0, 0, 0] = expected.output[0, 0, 0] + factor * limit
+
+    row = _verdict(CASE.replace(dtype=r.DType.FLOAT32), edit)
+    assert row["verdict"] == verdict, row["message"]
+    assert row["limit"] == pytest.approx(limit)
+
+
+def test_the_limit_is_the_documented_formula():
+    """limit = 4 x baseline error + floor for float32 (README's table), floor = max(2 x fp32 rounding of the
+    output, 1e-6) + 2 eps_fp32 max|LSE| max|out|: written out here, not through fuzz.tolerance."""
+    case = CASE.replace(dtype=r.DType.FLOAT32)
+    row = _limits(case)
+    inputs = r.materialize(case)
+    expected = attention(inputs)
+    e = expected.output
+    rounding = 2 * float(((e.float() + 0.3 - 0.3).double() - e).abs().max())
+    lse = expected.lse[torch.isfinite(expected.lse)]
+    floor = max(rounding, 1e-6) + 2 * 2.0**-23 * max(1.0, float(lse.abs().max())) * float(e.abs().max())
+    assert row["floor"] == pytest.approx(floor, rel=1e-9)
+    assert row["limit"] == pytest.approx(4 * row["baseline_max_err"] + floor, rel=1e-9)
+
+
+def test_a_broad_shift_under_the_max_limit_fails_the_mean_check():
+    case = CASE.replace(dtype=r.DType.FLOAT32)
+    base = _limits(case)
+    shift = 0.9 * base["limit"]
+    assert shift > base["mean_limit"]  # else the case cannot tell the two checks apart
+    row = _verdict(case, lambda out, lse, e: out.add_(shift))
+    assert row["verdict"] == "mismatch" and row["symptom"] == "output-mean", row["message"]
+
+
+@pytest.mark.parametrize("factor,verdict", [(1.05, "mismatch"), (0.95, "pass")])
+def test_lse_just_past_or_inside_its_limit(factor, verdict):
+    case = CASE.replace(dtype=r.DType.FLOAT32)
+    limit = _limits(case)["lse_limit"]
+    row = _verdict(case, lambda out, lse, e: lse.__setitem__((0, 0), e.lse[0, 0] + factor * limit))
+    assert row["verdict"] == verdict and (verdict == "pass" or row["symptom"] == "lse"), row["message"]
+
+
+@pytest.mark.parametrize("garbage", [1e-3, float("nan"), 5.0])
+def test_an_empty_row_must_be_exactly_zero(garbage):
+    def edit(out, lse, expected):
+        out[expected.num_visible == 0] = garbage
+
+    row = _verdict(EMPTY, edit)
+    assert row["verdict"] == "contract" and row["symptom"] == "empty-row-output", row["message"]
+
+
+@pytest.mark.parametrize("wrong", [math.inf, 0.0, -3.0])
+def test_an_empty_row_lse_must_be_the_declared_value(wrong):
+    def edit(out, lse, expected):
+        lse[expected.num_visible == 0] = wrong
+
+    row = _verdict(EMPTY, edit)
+    assert row["verdict"] == "contract" and row["symptom"] == "empty-row-lse", row["message"]
+    assert _verdict(EMPTY, edit, empty_row_lse=wrong)["verdict"] == "pass"  # declared: accepted
+
+
+def test_a_mismatch_on_rows_with_keys_is_reported_even_when_empty_rows_also_break():
+    def edit(out, lse, expected):
+        empty = expected.num_visible == 0
+        out[empty] = 1.0  # contract
+        out[~empty] = out[~empty] + 0.5  # and far off where keys exist
+
+    row = _verdict(EMPTY, edit)
+    kinds = {s["symptom"] for s in row["symptoms"]}
+    assert row["verdict"] == "mismatch" and {"output", "empty-row-output"} <= kinds, row["symptoms"]
+
+
+def test_a_case_that_cannot_see_a_one_key_shift_is_blind():
+    # 4000 keys of near-zero logits: one key more or less moves the mean of the values by ~1/4000
+    case = r.Case(sequences=(r.SequenceSpec(query_len=1, context_len=4000),), num_heads=1, num_kv_heads=1,
+                  head_size=16, values=r.Values(logit_scale=0.001), dtype=r.DType.BFLOAT16, scale=0.001, seed=1)
+    row = evaluate(Synthetic(lambda o, l, e: None), case).row
+    assert row["verdict"] == "blind" and row["mask_shift_error"] <= row["limit"]
+
+
+def test_the_default_scale_is_one_over_the_root_of_the_key_head_size():
+    # scale=None with head_size 16 and head_size_v 64: the scale comes from the keys' size, 1/4
+    case = r.Case(sequences=(r.SequenceSpec(query_len=2, context_len=3),), num_heads=1, num_kv_heads=1, head_size=16,
+                  head_size_v=64, dtype=r.DType.FLOAT32, seed=9)
+    inputs = r.materialize(case)
+    q, k, v = inputs.query.double()[:, 0], inputs.keys[0].double()[:, 0], inputs.values[0].double()[:, 0]
+    s = (q @ k.T) * 0.25
+    s = s.masked_fill(torch.ones(2, 5, dtype=torch.bool).triu(4), float("-inf"))  # query j at position 3 + j
+    expected = torch.softmax(s, -1) @ v
+    assert torch.allclose(r.attention(inputs).output[:, 0], expected, atol=1e-12)
+
+
+def test_judge_records_every_symptom_with_the_most_severe_as_verdict():
+    inputs = r.materialize(EMPTY)
+    expected = attention(inputs)
+    baseline = attention(inputs, dtype=torch.bfloat16, reorder=True)
+    out = expected.output.clone()
+    out[expected.num_visible == 0] = 1.0
+    out[0, 0, 0] = float("nan") if bool((expected.num_visible[0] > 0).all()) else out[0, 0, 0]
+    out[-1, 0, 0] = float("nan")
+    row = {}
+    judge(row, Synthetic(lambda *a: None).caps, inputs, expected, baseline, Actual(output=out, lse=expected.lse.float()))
+    assert row["verdict"] == "nan" and {s["verdict"] for s in row["symptoms"]} >= {"nan", "contract"}
