@@ -10,3 +10,9 @@ settings.register_profile("nightly", max_examples=2_000, **_common)
 settings.register_profile("campaign", max_examples=10_000, **_common)
 settings.register_profile("repro", phases=[Phase.explicit, Phase.reuse], verbosity=Verbosity.verbose, **_common)
 settings.load_profile(os.environ.get("ATTNREF_PROFILE", "dev"))
+
+# Hypothesis mixes constants from every imported local module into its draws: without this, which
+# modules earlier tests imported would change what a derandomized test draws.
+from campaign.worker import pin_hypothesis_constants  # noqa: E402
+
+pin_hypothesis_constants()

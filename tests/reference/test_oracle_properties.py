@@ -8,7 +8,7 @@ import torch
 from hypothesis import assume, given, strategies as st
 
 import reference as r
-from fuzz.strategies import ORACLE_CAPS, Limits, cases
+from fuzz.strategies import ORACLE_CAPS, Limits, alibi_slopes, cases
 from reference.attention import attend_sequence
 from reference.visibility import query_positions, visible
 from tests.reference.brute_force import brute_force_attention
@@ -107,9 +107,11 @@ def test_splitting_keys_and_merging_by_lse_equals_whole(case, data):
     assert close(whole[0], merged[0]) and close(whole[1], merged[1])
 
 
-@given(cases(CONTIGUOUS, SMALL), st.integers(1, 13))
-def test_chunked_evaluation_equals_one_block(case, key_chunk):
-    # ALiBi cases included: a key chunk must keep its keys' absolute positions (not restart at 0)
+@given(cases(CONTIGUOUS, SMALL), st.integers(1, 13), st.booleans())
+def test_chunked_evaluation_equals_one_block(case, key_chunk, with_alibi):
+    # ALiBi half the time: a key chunk must keep its keys' absolute positions (not restart at 0)
+    if with_alibi and case.alibi is None:
+        case = case.replace(alibi=r.Alibi(alibi_slopes(case.num_heads)))
     inputs = r.materialize(case)
     a = r.attention(inputs)
     b = r.attention(inputs, chunk_elements=1, key_chunk=key_chunk)  # one query row, `key_chunk` keys per chunk
