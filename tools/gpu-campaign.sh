@@ -15,11 +15,11 @@ run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
   local path=$1 secs=$2; shift 2
   [ $# -eq 0 ] && return
   local args=""; for b in "$@"; do args="$args --backend $b"; done
-  PYTHONPATH=$BASE:$path timeout $((secs + 90)) python3 -m fuzz.cli fuzz $args --time "$secs" --examples 400 \
+  PYTHONPATH=$BASE:$path timeout $((secs + 90)) python3 -m cli fuzz $args --time "$secs" --workers "${WORKERS:-auto}" --quiet \
     --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" >> "$OUT/campaign.log" 2>&1
 }
 avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
-  PYTHONPATH=$BASE:$1 python3 -m fuzz.cli backends | awk -v re="$2" '$2 == "available" && $1 ~ re {print $1}'
+  PYTHONPATH=$BASE:$1 python3 -m cli backends | awk -v re="$2" '$2 == "available" && $1 ~ re {print $1}'
 }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
@@ -27,8 +27,8 @@ avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
   PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -c "import importlib.metadata as m; print('flash-attn-4', m.version('flash-attn-4'))" 2>&1 | tail -1
   PYTHONPATH=$BASE:/tmp/site-xf python3 -c "import xformers; print('xformers', xformers.__version__)" 2>&1 | tail -1
   date -u; } > "$OUT/device.txt" 2>&1
-PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -m fuzz.cli backends -v > "$OUT/backends.txt" 2>&1
-PYTHONPATH=$BASE:/tmp/site-xf python3 -m fuzz.cli backends | grep xformers >> "$OUT/backends.txt" 2>&1
+PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -m cli backends -v > "$OUT/backends.txt" 2>&1
+PYTHONPATH=$BASE:/tmp/site-xf python3 -m cli backends | grep xformers >> "$OUT/backends.txt" 2>&1
 FOCUS_JIT=${FOCUS_JIT:-'{"dtypes": ["bfloat16"], "head_sizes": [128], "kv_cache_dtypes": ["auto", "fp8_e4m3"]}'}
 for g in $PARTS; do
   case $g in
@@ -55,21 +55,21 @@ for g in $PARTS; do
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
       cuda=$(avail "${PYTHONPATH:-}" "${PROBE_RE:-(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-|^flashinfer-)}")
       xf=$(avail /tmp/site-xf '^xformers-')  # (an empty list would mean "every available backend")
-      [ -n "$cuda" ] && PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 -m fuzz.cli probe \
+      [ -n "$cuda" ] && PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 -m cli probe \
         $(echo "$cuda" | sed 's/^/--backend /') --out "$RES" >> "$OUT/probes.txt" 2>&1
-      [ -n "$xf" ] && PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m fuzz.cli probe \
+      [ -n "$xf" ] && PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m cli probe \
         $(echo "$xf" | sed 's/^/--backend /') --out "$RES" >> "$OUT/probes.txt" 2>&1 ;;
     replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)
       for f in benchmarks/results/cases/*.json; do
         b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
         path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; esac
         echo "== $f ($b)" >> "$OUT/replays.txt"
-        PYTHONPATH=$BASE:$path timeout 240 python3 -m fuzz.cli replay "$f" >> "$OUT/replays.txt" 2>&1
+        PYTHONPATH=$BASE:$path timeout 240 python3 -m cli replay "$f" >> "$OUT/replays.txt" 2>&1
         echo "exit $?" >> "$OUT/replays.txt"
       done ;;
   esac
 done
-PYTHONPATH=$BASE python3 -m fuzz.cli report "$RES" >> "$OUT/campaign.log" 2>&1
+PYTHONPATH=$BASE python3 -m cli report "$RES" >> "$OUT/campaign.log" 2>&1
 PYTHONPATH=$BASE python3 benchmarks/throughput.py "$RES" > "$OUT/throughput.md" 2>&1
 tar czf "$OUT/gpu-results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")"
 ls -la "$OUT"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Run ON THE DEVICE (repo root): the campaign engine's measurements for benchmarks/results/.
+#   PARTS="info oracle fast" bash tools/gpu-bench.sh           # torch only: no wheels needed
+#   PARTS="jit" bash tools/gpu-bench.sh                         # after tools/gpu-setup.sh (FA4, FlashInfer)
+# Parts:
+#   info       device, versions, `attnref backends`
+#   oracle     benchmarks/oracle_device.py: oracle cost on one CPU thread vs a shared GPU, by size
+#   fast       aggregate examples/s with --workers auto (TIME_FAST s each) for the fast torch backends
+#   jit        JIT-compiled backends: one worker vs --workers auto, TIME_JIT s each
+#   falsealarm >= 10,000 generated examples per correct backend (FA_BACKENDS), buckets reported
+#   mutant     a campaign against a planted bug on the GPU: share of worker time on new examples
+# Everything lands in $OUT (markdown tables, logs, a results tarball).
+set -uo pipefail
+PY=${PY:-python3}
+OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"
+RES=${RES:-/tmp/bench-results}; mkdir -p "$RES"
+PARTS=${PARTS:-"info oracle fast"}
+[ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
+FAST=${FAST:-"aten-flash-varlen torch-sdpa-flash flex-cuda"}
+JIT=${JIT:-"fa4-varlen flashinfer-decode"}
+FA_BACKENDS=${FA_BACKENDS:-"torch-sdpa-math-cuda torch-sdpa-efficient torch-sdpa-flash torch-sdpa-cudnn aten-flash-varlen aten-efficient-varlen aten-cudnn-varlen torch-varlen flex-cuda"}
+fuzz() {  # fuzz NAME SECONDS WORKERS [extra args]: one campaign in its own results dir
+  local name=$1 secs=$2 workers=$3; shift 3
+  timeout $((secs + 120)) $PY -m cli fuzz --time "$secs" --workers "$workers" --quiet --no-replay \
+    --out "$RES/$name" "$@" >> "$OUT/bench.log" 2>&1
+  $PY benchmarks/throughput.py "$RES/$name" | tail -n +3 | sed "s/^/| $name /" >> "$OUT/throughput.md"
+}
+header() { echo "| run | backend | examples | workers | examples/s | new-example share | materialize | oracle | JIT compile | kernel | compare | shrink | generation + harness | oracle on CPU |" >> "$OUT/throughput.md"
+           echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" >> "$OUT/throughput.md"; }
+for part in $PARTS; do
+  case $part in
+    info)
+      { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc
+        $PY -c "import torch, hypothesis; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'hypothesis', hypothesis.__version__)"
+        $PY -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
+        $PY -c "import importlib.metadata as m; print('flash-attn-4', m.version('flash-attn-4'))" 2>&1 | tail -1
+        date -u; } > "$OUT/device.txt" 2>&1
+      $PY -m cli backends > "$OUT/backends.txt" 2>&1 ;;
+    oracle) timeout 500 $PY benchmarks/oracle_device.py --workers "$(nproc)" > "$OUT/oracle-device.md" 2>&1 ;;
+    fast) header; for b in $FAST; do fuzz "fast-$b" "${TIME_FAST:-40}" auto --backend "$b"; done ;;
+    jit) header; for b in $JIT; do
+           fuzz "jit1-$b" "${TIME_JIT:-60}" 1 --backend "$b" --limits '{"dtypes": ["bfloat16"], "tiers": ["small", "tile"]}'
+           fuzz "jitN-$b" "${TIME_JIT:-60}" auto --backend "$b" --limits '{"dtypes": ["bfloat16"], "tiers": ["small", "tile"]}'
+         done ;;
+    falsealarm) for b in $FA_BACKENDS; do
+           timeout $((${TIME_FA:-60} + 120)) $PY -m cli fuzz --backend "$b" --examples 10000 --time "${TIME_FA:-60}" \
+             --workers auto --quiet --no-replay --out "$RES/fa-$b" > "$OUT/fa-$b.txt" 2>&1
+           echo "== $b exit $?" >> "$OUT/falsealarm.md"; grep -E "examples:|^  b-|exit" "$OUT/fa-$b.txt" >> "$OUT/falsealarm.md"
+         done ;;
+    mutant) header; fuzz "mutant-window" "${TIME_MUTANT:-60}" auto --mutants --backend mutant-window-off-by-one ;;
+  esac
+done
+tar czf "$OUT/bench-results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")" --exclude='*.pt' 2>/dev/null
+ls -la "$OUT"
