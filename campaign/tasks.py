@@ -66,7 +66,7 @@ class WorkerConfig:
     limits: dict = field(default_factory=dict)  # fuzz.strategies.Limits fields
     specs: tuple[str, ...] = ()  # --backend-spec modules to load
     threads: int = 1  # torch CPU threads per worker
-    oracle_cpu_max: int = 1 << 22  # score elements up to which the oracle runs on the CPU (see fuzz.compare)
+    oracle_cpu_max: int = 1 << 16  # score elements up to which the oracle runs on the CPU (see fuzz.compare)
     shrink_seconds: float = 20.0  # time one shrink may take before it keeps the smallest case so far
     shrink_examples: int = 300  # shrink evaluations before the same
 
@@ -78,5 +78,5 @@ class WorkerConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "WorkerConfig":
         return cls(seed=d.get("seed", 0), limits=d.get("limits") or {}, specs=tuple(d.get("specs") or ()), threads=d.get("threads", 1),
-                   oracle_cpu_max=d.get("oracle_cpu_max", 1 << 22), shrink_seconds=d.get("shrink_seconds", 20.0),
+                   oracle_cpu_max=d.get("oracle_cpu_max", 1 << 16), shrink_seconds=d.get("shrink_seconds", 20.0),
                    shrink_examples=d.get("shrink_examples", 300))

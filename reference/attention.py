@@ -92,7 +92,6 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
     """
     num_q, num_heads = q.shape[0], q.shape[1]
     num_k = k.shape[0]
-    group = num_heads // k.shape[1]
     k_chunk = max(1, min(num_k, key_chunk)) if num_k else 1
     q_chunk = max(1, min(num_q, chunk_elements // (num_heads * k_chunk)))
     if q_pos is None:
@@ -106,8 +105,7 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
         for ks in range(0, num_k, k_chunk):
             ke = min(num_k, ks + k_chunk)
             part_out, part_lse = _attend_block(
-                q[qs:qe].to(dtype), k[ks:ke].to(dtype).repeat_interleave(group, dim=1),
-                v[ks:ke].to(dtype).repeat_interleave(group, dim=1), visible[:, qs:qe, ks:ke],
+                q[qs:qe].to(dtype), k[ks:ke].to(dtype), v[ks:ke].to(dtype), visible[:, qs:qe, ks:ke],
                 scale=scale, q_pos=q_pos[qs:qe], k_pos=k_pos[ks:ke],
                 alibi=alibi, soft_cap=soft_cap, reorder=reorder)
             out[qs:qe], lse[qs:qe] = merge_attn_states(out[qs:qe], lse[qs:qe], part_out, part_lse)
@@ -118,19 +116,26 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
 
 def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor,
                   k_pos: Tensor, alibi, soft_cap: float | None, reorder: bool) -> tuple[Tensor, Tensor]:
-    """(output [q, H, D_v], lse [q, H]) of q over one block of keys, in q's dtype."""
+    """(output [q, H, D_v], lse [q, H]) of q over one block of keys k/v [k, H_kv, D], in q's dtype.
+
+    Query head h = n * G + g reads kv head n (G = H / H_kv query heads per kv head): the heads are
+    grouped in the einsum rather than copying each kv head G times."""
+    num_q, num_heads, _ = q.shape
+    kv_heads = k.shape[1]
+    qg = q.reshape(num_q, kv_heads, num_heads // kv_heads, q.shape[-1])
     if reorder:  # scale the keys instead of the queries (a different rounding, same math)
-        scores = torch.einsum("qhd,khd->hqk", q, k * scale)
+        scores = torch.einsum("qngd,knd->ngqk", qg, k * scale)
     else:
-        scores = torch.einsum("qhd,khd->hqk", q * scale, k)
+        scores = torch.einsum("qngd,knd->ngqk", qg * scale, k)
+    scores = scores.reshape(num_heads, num_q, k.shape[0])
     scores = apply_soft_cap(scores, soft_cap)  # soft-cap comes before biases and masks
     if alibi is not None:
         slopes, convention = alibi
         scores = scores + alibi_bias(slopes, q_pos[:, None], k_pos[None, :], convention).to(scores.dtype)
     scores = scores.masked_fill(~visible, -math.inf)
     lse = logsumexp_with_sink(scores, None)  # [H, q]
-    p = probabilities(scores, lse)
-    out = torch.einsum("hqk,khd->qhd", p, v)
+    p = probabilities(scores, lse).reshape(kv_heads, num_heads // kv_heads, num_q, k.shape[0])
+    out = torch.einsum("ngqk,knd->qngd", p, v).reshape(num_q, num_heads, v.shape[-1])
     return out, lse.transpose(0, 1)
 
 

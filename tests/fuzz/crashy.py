@@ -8,7 +8,8 @@ from backends.naive import NaivePaged
 
 
 class _Misbehaves(NaivePaged):
-    """The correct paged kernel, except on any case with two or more sequences."""
+    """The correct paged kernel, except on cases with an odd seed (about half; hypothesis' first, simplest
+    draw has seed 0)."""
 
     def __init__(self, name: str) -> None:
         super().__init__()
@@ -18,7 +19,7 @@ class _Misbehaves(NaivePaged):
         raise NotImplementedError
 
     def run(self, inputs):
-        if len(inputs.case.sequences) >= 2:
+        if inputs.case.seed % 2 == 1:
             self.misbehave()
         return super().run(inputs)
 
