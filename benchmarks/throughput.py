@@ -46,8 +46,8 @@ def summarize(rows: list[dict]) -> list[dict]:
             continue
         span = max(gen[-1]["t"] - gen[0]["t"], 1e-9)
         per_worker = defaultdict(list)
-        for r in rs:
-            per_worker[r.get("worker")].append(r["t"])
+        for r in rs:  # a row's t is stamped when it ends: its work started sum(parts) earlier
+            per_worker[r.get("worker")] += [r["t"], r["t"] - sum(r.get(p) or 0.0 for p in PARTS if p != "compile_s")]
         worker_time = sum(max(ts) - min(ts) for ts in per_worker.values()) or span
         measured = {phase: {p: 0.0 for p in PARTS} for phase in ("generate", "shrink")}
         for r in rs:

@@ -39,6 +39,7 @@ for part in $PARTS; do
       $PY -m cli backends > "$OUT/backends.txt" 2>&1 ;;
     oracle) timeout 500 $PY benchmarks/oracle_device.py --workers "$(nproc)" > "$OUT/oracle-device.md" 2>&1 ;;
     fast) header; for b in $FAST; do fuzz "fast-$b" "${TIME_FAST:-40}" auto --backend "$b"; done ;;
+    small) header; for b in $FAST; do fuzz "small-$b" "${TIME_FAST:-40}" auto --backend "$b" --limits '{"tiers": ["small"]}'; done ;;
     jit) header; for b in $JIT; do
            fuzz "jit1-$b" "${TIME_JIT:-60}" 1 --backend "$b" --limits '{"dtypes": ["bfloat16"], "tiers": ["small", "tile"]}'
            fuzz "jitN-$b" "${TIME_JIT:-60}" auto --backend "$b" --limits '{"dtypes": ["bfloat16"], "tiers": ["small", "tile"]}'
