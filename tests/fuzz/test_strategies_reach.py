@@ -58,7 +58,7 @@ def test_kernel_level_corners_appear_often_enough():
 
 def test_largest_and_odd_head_sizes_get_weight():
     caps = get("fa4-varlen").caps
-    draws = _draws(caps)
+    draws = _draws(caps, n=1000)  # hypothesis starts from its simplest draws: measure past them
     frac = lambda pred: sum(1 for c in draws if pred(c)) / len(draws)  # noqa: E731
     assert frac(lambda c: c.head_size == max(caps.head_sizes)) > 0.2
     assert frac(lambda c: c.head_size & (c.head_size - 1)) > 0.4
@@ -72,3 +72,33 @@ def test_every_builtin_backend_gets_valid_cases_inside_its_declaration():
         device = sorted(backend.caps.devices)[0]
         for case in _draws(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), n=30):
             assert backend.caps.reasons(case, device) == [], (backend.name, case)
+
+
+def test_size_tiers_cross_the_tiles_and_reach_long_contexts():
+    for name in ("torch-naive-paged", "torch-sdpa-flash", "flashinfer-decode"):
+        draws = _draws(get(name).caps, n=400)
+        frac = lambda pred: sum(1 for c in draws if pred(c)) / len(draws)  # noqa: E731
+        assert frac(lambda c: c.max_kv_len > 128) >= 0.2, name
+        assert frac(lambda c: c.max_kv_len > 512) >= 0.05, name
+        assert frac(lambda c: any(k in (127, 128, 129, 255, 256, 257) for k in c.kv_lens)) > 0.05, name
+    small = _draws(NAIVE_CAPS, Limits(tiers=("small",)), n=100)
+    assert max(c.max_kv_len for c in small) <= Limits().max_context + Limits().max_query
+
+
+def test_magnitudes_encodings_and_the_recent_class_are_drawn():
+    draws = _draws(NAIVE_CAPS)
+    frac = lambda pred: sum(1 for c in draws if pred(c)) / len(draws)  # noqa: E731
+    assert frac(lambda c: c.sinks is not None and max(abs(x) for x in c.sinks) >= 30) > 0.05
+    assert frac(lambda c: c.values.logit_scale >= 16) > 0.05
+    assert frac(lambda c: c.scale is not None and (c.scale <= 0.001 or c.scale >= 10)) > 0.01
+    assert frac(lambda c: c.values.distribution == r.ValueDistribution.RECENT) > 0.2
+    assert frac(lambda c: c.attn_type == r.AttentionType.KERNEL and c.cache is not None) > 0.1  # paged raw-API cases
+
+
+def test_vllm_alibi_slopes_for_head_counts_that_are_not_powers_of_two():
+    from fuzz.strategies import alibi_slopes
+
+    assert alibi_slopes(8) == tuple(2.0 ** (-i) for i in range(1, 9))
+    # 6 heads: the 4-head series 2^-2, 2^-4, 2^-6, 2^-8, then odd powers of the 8-head base 2^-1: 2^-1, 2^-3
+    assert alibi_slopes(6) == (0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125)
+    assert len(alibi_slopes(12)) == 12 and len(set(alibi_slopes(12))) == 12
