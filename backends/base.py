@@ -189,6 +189,7 @@ class Actual:
     lse: Tensor | None = None
     output_buffer: Tensor | None = None
     buffer_rows: int = 0  # rows of output_buffer that belong to real tokens (the rest must stay poisoned)
+    written_cache: object | None = None  # a KVCache the kernel wrote the new tokens into: compared bit for bit
     notes: dict = field(default_factory=dict)
 
 

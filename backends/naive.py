@@ -79,7 +79,8 @@ class NaivePaged(Backend):
             lses[a:b] = lse
         if self.bug == Bug.LSE_BASE2:
             lses = lses * LOG2_E
-        return Actual(output=buffer[: case.num_tokens], lse=lses, output_buffer=buffer, buffer_rows=case.num_tokens)
+        return Actual(output=buffer[: case.num_tokens], lse=lses, output_buffer=buffer, buffer_rows=case.num_tokens,
+                      written_cache=cache)
 
     def _store(self, cache, key: Tensor, value: Tensor, slot_mapping: Tensor) -> None:
         kview, vview = cache.paged.key_view(), cache.paged.value_view()

@@ -31,10 +31,11 @@ def builtin_backends() -> list[Backend]:
     from .naive import NaivePaged
     from .torch_aten import aten_backends
     from .torch_sdpa import sdpa_backends
+    from .vllm import vllm_backends
     from .xformers_ops import xformers_backends
 
     return [*sdpa_backends(), *aten_backends(), *flex_backends(), NaivePaged(), *fa4_backends(),
-            *flashinfer_backends(), *xformers_backends()]
+            *flashinfer_backends(), *xformers_backends(), *vllm_backends()]
 
 
 def mutant_backends() -> list[Backend]:

@@ -107,6 +107,8 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     if finite_mean > lim.mean_limit:
         symptoms.append(Symptom(Verdict.MISMATCH, "output-mean",
                                 f"mean error {finite_mean:.4g} > mean limit {lim.mean_limit:.4g}"))
+    if actual.written_cache is not None and inputs.cache is not None:
+        symptoms += judge_cache_write(inputs.cache, actual.written_cache)
     if actual.lse is not None and caps.lse_base is not None:
         symptoms += judge_lse(row, caps.empty_row_lse, expected, baseline, actual.lse, empty, rule)
     record(row, symptoms)
@@ -171,4 +173,30 @@ def judge_lse(row: dict[str, Any], declared_empty: float, expected: Expected, ba
         ratio = float((a[sel] / e[sel]).median()) if bool(sel.any()) else float("nan")
         hint = " (ratio ~1.4427: base-2 LSE declared as natural)" if abs(ratio - 1.4427) < 0.01 else ""
         out.append(Symptom(Verdict.MISMATCH, "lse", f"LSE max error {worst:.4g} > limit {limit:.4g}{hint}"))
+    return out
+
+
+def judge_cache_write(expected_cache, written) -> list[Symptom]:
+    """The kernel's cache writer against the oracle's `write_kv`: every byte of the pool (canaries in
+    untouched slots included) and the scale caches must be equal."""
+    out = []
+    pairs = list(zip(expected_cache.paged.tensors, written.paged.tensors))
+    for name in ("k_scale_cache",):
+        a, b = getattr(expected_cache, name, None), getattr(written, name, None)
+        if a is not None and b is not None:
+            pairs.append((a, b))
+    differ, first = 0, None
+    for want, got in pairs:
+        w = want.detach().cpu().contiguous().view(torch.uint8)
+        g = got.detach().cpu().contiguous().view(torch.uint8)
+        if w.shape != g.shape:
+            return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got.shape)}, expected {tuple(want.shape)}")]
+        bad = w != g
+        if bool(bad.any()):
+            differ += int(bad.sum())
+            if first is None:
+                first = tuple(int(x) for x in bad.nonzero()[0])
+    if differ:
+        out.append(Symptom(Verdict.CONTRACT, "cache-write",
+                           f"the written cache differs from the oracle's in {differ} bytes (first at index {first})"))
     return out

@@ -156,3 +156,13 @@ def test_judge_records_every_symptom_with_the_most_severe_as_verdict():
     row = {}
     judge(row, Synthetic(lambda *a: None).caps, inputs, expected, baseline, Actual(output=out, lse=expected.lse.float()))
     assert row["verdict"] == "nan" and {s["verdict"] for s in row["symptoms"]} >= {"nan", "contract"}
+
+
+def test_a_cache_writer_is_compared_bit_for_bit():
+    from backends.naive import Bug, NaivePaged
+
+    case = r.Case(sequences=(r.SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
+                  dtype=r.DType.BFLOAT16, cache=r.CacheSpec(block_size=4, padding_slots=2), seed=5)
+    assert "cache-write" not in {s["symptom"] for s in evaluate(NaivePaged(), case).row.get("symptoms", [])}
+    row = evaluate(NaivePaged(Bug.SLOT_MINUS_ONE_WRITTEN), case).row
+    assert "cache-write" in {s["symptom"] for s in row["symptoms"]}, row["symptoms"]
