@@ -75,6 +75,12 @@ class Fa3Paged(VllmBackend):
             requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
             encodings=(("num_splits", SPLITS), ("unbounded_window", ("minus_one", "none"))))
 
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        if case.sinks is not None and case.dtype != DType.BFLOAT16:
+            reasons.append("sinks with dtype != bfloat16: FA3's s_aux takes bf16 sinks")
+        return reasons
+
     def call(self, inputs: Inputs, q, k, v, *, causal: bool, seqused_k=None, cu_k=None, max_k: int,
              block_table=None, window=None, sinks=None, out=None):
         from vllm.vllm_flash_attn import flash_attn_varlen_func
@@ -92,7 +98,7 @@ class Fa3Paged(VllmBackend):
         else:
             kw["cu_seqlens_k"] = cu_k
         if sinks is not None:
-            kw["s_aux"] = sinks.to(dev, torch.bfloat16 if case.dtype == DType.BFLOAT16 else torch.float32)
+            kw["s_aux"] = sinks.to(dev, torch.bfloat16)
         if out is not None:
             kw["out"] = out
         if k.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
@@ -149,14 +155,17 @@ class TritonUnified(VllmBackend):
         buffer = poisoned_output(inputs)
         left, _ = case.window_bounds
         q, k, v = inputs.query, pool.key_view(), pool.value_view()
+        from vllm.v1.kv_cache_interface import KVQuantMode
+
         kw = {}
-        if case.kv_cache_dtype.is_fp8:
-            kw.update({name: t[:1, :1].reshape(1) for name, t in _descales(inputs, (1, 1)).items()})
+        if case.kv_cache_dtype.is_fp8:  # per-tensor scales: the kernel loads one element
+            kw.update({name: t.reshape(-1)[:1] for name, t in _descales(inputs, (1,)).items()})
+            kw.update(q_descale=None, kv_quant_mode=KVQuantMode.FP8_PER_TENSOR)
         else:
             kw.update(q_descale=None, k_descale=None, v_descale=None)
         if case.encoding("path", "2d") == "3d":  # split-KV buffers: taken when every sequence decodes one token
             segments = 16
-            n, h, d = q.shape[0], case.num_heads, triton_padded(case.value_size)
+            n, h, d = q.shape[0], case.num_heads, triton_padded(case.head_size)
             kw.update(seq_threshold_3D=len(case.sequences) + 1, num_par_softmax_segments=segments,
                       softmax_segm_output=torch.empty(n, h, segments, d, dtype=torch.float32, device=dev),
                       softmax_segm_max=torch.empty(n, h, segments, dtype=torch.float32, device=dev),
@@ -202,6 +211,8 @@ class PrefixPrefill(VllmBackend):
         case = inputs.case
         dev = inputs.device
         key_cache, value_cache = inputs.cache.paged.tensors
+        if case.kv_cache_dtype.is_fp8:  # the kernel takes uint8 storage and views it as kv_cache_dtype says
+            key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
         new = case.num_tokens  # the new tokens (trailing padding rows of key/value are not theirs)
         buffer = poisoned_output(inputs)
         kvd = case.kv_cache_dtype.value if case.kv_cache_dtype.is_fp8 else "auto"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
@@ -281,6 +282,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     far = draw(st.none() | st.tuples(st.integers(0, num_heads - 1), st.sampled_from([-100.0, -30.0, 30.0, 100.0])))
     if sinks is not None and far is not None:
         sinks = tuple(far[1] if h == far[0] else x for h, x in enumerate(sinks))
+    if sinks is not None:  # a sink is a model weight: stored in the model's dtype
+        sinks = tuple(float(torch.tensor(sinks, dtype=dtype.torch).float()[i]) for i in range(num_heads))
     alibi = None
     if _has(caps, Feature.ALIBI) and draw(st.booleans()):
         convention = draw(st.sampled_from(sorted(caps.alibi_conventions, key=lambda c: c.value)))

@@ -52,8 +52,10 @@ for g in $PARTS; do
     kernel)  # the raw-API region (#9): explicit causal flag and alignment, window pairs, q > k
       LIMITS='{"attn_types": ["kernel"]}' run "${PYTHONPATH:-}" "${TIME_KERNEL:-200}" \
         $(avail "${PYTHONPATH:-}" '(^torch-sdpa-.*cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^flex-cuda$|^flex-flash-cuda$|^fa4-varlen$)') ;;
+    vllm)  # vLLM's own kernels (tools/stage-vllm.sh first)
+      run "${PYTHONPATH:-}" "${TIME_VLLM:-240}" $(avail "${PYTHONPATH:-}" '^vllm-') ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
-      cuda=$(avail "${PYTHONPATH:-}" "${PROBE_RE:-(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-|^flashinfer-)}")
+      cuda=$(avail "${PYTHONPATH:-}" "${PROBE_RE:-(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-|^flashinfer-|^vllm-)}")
       xf=$(avail /tmp/site-xf '^xformers-')  # (an empty list would mean "every available backend")
       [ -n "$cuda" ] && PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 -m cli probe \
         $(echo "$cuda" | sed 's/^/--backend /') --out "$RES" >> "$OUT/probes.txt" 2>&1
@@ -66,6 +68,13 @@ for g in $PARTS; do
         echo "== $f ($b)" >> "$OUT/replays.txt"
         PYTHONPATH=$BASE:$path timeout 240 python3 -m cli replay "$f" >> "$OUT/replays.txt" 2>&1
         echo "exit $?" >> "$OUT/replays.txt"
+      done ;;
+    sanitize)  # every saved crash / mismatch case of this campaign under compute-sanitizer memcheck, once
+      for f in $(ls "$RES"/cases/*.json 2>/dev/null | head -n "${SANITIZE_MAX:-6}"); do
+        b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
+        path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; esac
+        echo "== $f ($b)" >> "$OUT/sanitize.txt"
+        PYTHONPATH=$BASE:$path timeout 300 python3 -m cli replay "$f" --sanitize memcheck >> "$OUT/sanitize.txt" 2>&1
       done ;;
   esac
 done
