@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from dataclasses import replace
+
 from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
@@ -74,11 +76,16 @@ class Fa3Paged(VllmBackend):
             kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}), lse_base=LseBase.E,
             requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
             encodings=(("num_splits", SPLITS), ("unbounded_window", ("minus_one", "none"))))
+        # Found on the H100: FA3 takes an fp8 cache only with an fp8 query ("query and key must have the
+        # same dtype"): fp8 cases carry one (Q_FP8), quantized with its q_scale as vLLM does.
+        self.caps = replace(self.caps, features=self.caps.features | {Feature.Q_FP8})
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
         if case.sinks is not None and case.dtype != DType.BFLOAT16:
             reasons.append("sinks with dtype != bfloat16: FA3's s_aux takes bf16 sinks")
+        if case.kv_cache_dtype.is_fp8 and case.cache.quant.q_fp8_scale is None:
+            reasons.append("fp8 cache without an fp8 query: FA3 needs query and key of one dtype")
         return reasons
 
     def call(self, inputs: Inputs, q, k, v, *, causal: bool, seqused_k=None, cu_k=None, max_k: int,
@@ -103,6 +110,8 @@ class Fa3Paged(VllmBackend):
             kw["out"] = out
         if k.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
             kw.update(_descales(inputs, (len(case.sequences), case.num_kv_heads)))
+            kw["q_descale"] = kw["q_descale"] * inputs.q_scale.to(dev)[0]
+            q = inputs.query_fp8.to(dev)
         result = flash_attn_varlen_func(q, k, v, **kw)
         return result if isinstance(result, tuple) else (result, None)
 
@@ -125,8 +134,10 @@ class TritonUnified(VllmBackend):
     name = "vllm-triton-unified"
     module = "vllm.v1.attention.ops.triton_unified_attention"
     description = "v1/attention/ops/triton_unified_attention.unified_attention over the flash_nhd views"
+    # Found on the H100: with float32 inputs the Triton kernels multiply in TF32 (Triton's default on
+    # Hopper; vLLM asks for IEEE only on Turing): errors ~1e-3, 1000x a float32 pass. Not declared.
     caps = Capabilities(
-        devices=frozenset({"cuda"}), dtypes=frozenset(DType), head_sizes=TRITON_HEADS, attn_types=PAGED_TYPES,
+        devices=frozenset({"cuda"}), dtypes=F16, head_sizes=TRITON_HEADS, attn_types=PAGED_TYPES,
         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.ALIBI,
                             Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS, Feature.PAGED_KERNEL}),
         # The kernel's bias is slope * (k - context_len): signed ALiBi up to a constant per row.
@@ -144,6 +155,9 @@ class TritonUnified(VllmBackend):
             reasons.append(f"window right={right}: a causal call bounds only the left side")
         if not case.is_causal and (left, right) != (None, None) and left != right:
             reasons.append(f"window {(left, right)}: a non-causal window is symmetric (|q - k| < W)")
+        if not case.is_causal and case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT:
+            reasons.append("sqrt ALiBi without causality: the kernel measures from context_len + query, which "
+                           "differs from a non-causal case's query positions by more than a constant")
         return reasons
 
     def run(self, inputs: Inputs) -> Actual:
@@ -181,6 +195,39 @@ class TritonUnified(VllmBackend):
         return Actual(output=buffer[: case.num_tokens], output_buffer=buffer, buffer_rows=case.num_tokens)
 
 
+    def repro_kernel(self, case) -> str | None:
+        if case.alibi is not None or case.kv_cache_dtype.value != "auto" or case.encoding("path", "2d") != "2d":
+            return None
+        left = case.window_bounds[0]
+        return f'''
+def kernel(q, ks, vs):
+    """vLLM's unified_attention over a paged cache of 16-token pages holding each sequence's keys in order."""
+    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+
+    bs = 16
+    pages = [-(-kv_len // bs) for _, kv_len, _ in SEQS]
+    k_cache = torch.zeros(1 + sum(pages), bs, H_KV, D, dtype=DTYPE, device=DEVICE)  # page 0 unused
+    v_cache = torch.zeros(1 + sum(pages), bs, H_KV, D_V, dtype=DTYPE, device=DEVICE)
+    table = torch.zeros(len(SEQS), max(pages + [1]), dtype=torch.int32, device=DEVICE)
+    first = 1
+    for i, (_, kv_len, _) in enumerate(SEQS):
+        table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
+        k_cache.view(-1, H_KV, D)[first * bs:first * bs + kv_len] = ks[i]
+        v_cache.view(-1, H_KV, D_V)[first * bs:first * bs + kv_len] = vs[i]
+        first += pages[i]
+    cu_q = torch.tensor([0] + [sum(s[0] for s in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32,
+                        device=DEVICE)
+    out = torch.empty_like(q)
+    unified_attention(q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=cu_q, max_seqlen_q=max(s[0] for s in SEQS),
+                      seqused_k=torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE),
+                      max_seqlen_k=max(s[1] for s in SEQS), softmax_scale=SCALE, causal=CAUSAL,
+                      window_size=({-1 if left is None else left}, -1), block_table=table, softcap=SOFT_CAP or 0.0,
+                      q_descale=None, k_descale=None, v_descale=None,
+                      sinks=None if SINKS is None else SINKS.to(DEVICE))
+    return out, None
+'''
+
+
 def triton_padded(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
@@ -192,11 +239,13 @@ class PrefixPrefill(VllmBackend):
     module = "vllm.v1.attention.ops.prefix_prefill"
     description = "v1/attention/ops/prefix_prefill.context_attention_fwd (context in the paged_v0 cache)"
     caps = Capabilities(
-        devices=frozenset({"cuda"}), dtypes=frozenset(DType), head_sizes=(64, 80, 96, 112, 128, 256),
+        devices=frozenset({"cuda"}), dtypes=F16, head_sizes=(64, 80, 96, 112, 128, 256),
         attn_types=frozenset({AttentionType.DECODER}),
         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SINKS, Feature.ALIBI, Feature.CONTEXT}),
         alibi_conventions=frozenset({AlibiConvention.SIGNED}), kv_layouts=frozenset({KVLayout.PAGED_V0}),
-        block_sizes=(16, 32), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
+        # fp8 not declared: the kernel attends the new tokens from the unquantized k / v it is handed, the
+        # oracle from the cache they were written to (a per-kernel convention the Case does not name yet).
+        block_sizes=(16, 32), kv_cache_dtypes=frozenset({KVCacheDType.AUTO}),
         lse_base=None, requires_cache=True, reads_paged_cache=True, writes_output_buffer=True)
 
     def not_supported_reasons(self, case) -> list[str]:
@@ -233,7 +282,7 @@ class TritonDecode(VllmBackend):
     module = "vllm.v1.attention.ops.triton_decode_attention"
     description = "v1/attention/ops/triton_decode_attention.decode_attention_fwd (split-KV decode), LSE"
     caps = Capabilities(
-        devices=frozenset({"cuda"}), dtypes=frozenset(DType), head_sizes=(64, 96, 128, 256),
+        devices=frozenset({"cuda"}), dtypes=F16, head_sizes=(64, 96, 128, 256),
         attn_types=frozenset({AttentionType.DECODER}),
         features=frozenset({Feature.GQA, Feature.MQA, Feature.SOFT_CAP, Feature.CONTEXT}),
         kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(1, 16, 32, 64),
@@ -270,8 +319,6 @@ class MergedStates(Fa3Paged):
         self.kernel = kernel
         self.module = ("vllm._custom_ops" if kernel == "cuda" else "vllm.v1.attention.ops.triton_merge_attn_states")
         self.description = f"FA3 prefix (context) + FA3 suffix (new tokens) merged by vLLM's {kernel} merge_attn_states"
-        from dataclasses import replace
-
         self.caps = replace(self.caps, attn_types=frozenset({AttentionType.DECODER}),
                             features=frozenset({Feature.GQA, Feature.MQA, Feature.SOFT_CAP, Feature.CONTEXT}),
                             kv_cache_dtypes=frozenset({KVCacheDType.AUTO}),  # the new tokens are not quantized
@@ -306,8 +353,6 @@ class WritesCache(Fa3Paged):
         super().__init__("vllm-fa3-writes-cache")
         self.module = "vllm._custom_ops"
         self.description = "vLLM reshape_and_cache_flash (CUDA op or Triton) then FA3; the written cache compared bit for bit"
-        from dataclasses import replace
-
         self.caps = replace(self.caps, writes_cache=True, attn_types=frozenset({AttentionType.DECODER}),
                             encodings=(("writer", ("cuda", "triton")),))
 

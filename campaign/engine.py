@@ -22,6 +22,7 @@ from .progress import Progress
 from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
 from .tasks import Task, TaskKind, WorkerConfig
+from .tasks import cores as available_cores
 from .worker import STICKY_EXIT
 
 EXIT_CLEAN, EXIT_NEW_FAILURES, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
@@ -350,7 +351,7 @@ def default_workers(gpus: int, cores: int | None = None, gpu_mem_gib: float | No
     The oracle runs on CPU cores, so workers follow cores: all of them spread over the GPUs; each
     worker holds a CUDA context and its kernels' workspaces, so at most one per 4 GiB of GPU memory.
     """
-    cores = cores or os.cpu_count() or 1
+    cores = cores or available_cores()
     if gpus == 0:
         return max(1, cores)
     per_gpu = max(1, cores // gpus)
@@ -368,7 +369,7 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
     gpus = _visible_gpus()
     per = cfg.workers if isinstance(cfg.workers, int) else default_workers(gpus, gpu_mem_gib=_gpu_mem_gib())
     slots = per * max(1, gpus)
-    threads = max(1, (os.cpu_count() or 1) // slots)
+    threads = max(1, available_cores() // slots)
     wcfg = WorkerConfig(seed=cfg.seed, limits=cfg.limits, specs=cfg.specs, threads=threads,
                         oracle_cpu_max=cfg.oracle_cpu_max if cfg.oracle_cpu_max is not None else ORACLE_CPU_MAX,
                         shrink_seconds=cfg.shrink_seconds)

@@ -13,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from .tasks import Task, WorkerConfig
+from .tasks import Task, WorkerConfig, cores
 from .worker import STICKY_EXIT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +86,8 @@ class RayPool:
         self.started_ray = False
         if not ray.is_initialized():
             if address in (None, "", "local"):
-                ray.init(runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}}, include_dashboard=False,
+                path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+                ray.init(runtime_env={"env_vars": {"PYTHONPATH": path}}, include_dashboard=False, num_cpus=cores(),
                          log_to_driver=False, configure_logging=False)
             else:  # a cluster: ship this checkout to every node (the nodes need attnref's dependencies)
                 ray.init(address=address, log_to_driver=False, configure_logging=False,

@@ -11,6 +11,7 @@ on any worker, local or on Ray. That makes three things cheap and exact:
 """
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass, field
 from enum import Enum
@@ -80,3 +81,11 @@ class WorkerConfig:
         return cls(seed=d.get("seed", 0), limits=d.get("limits") or {}, specs=tuple(d.get("specs") or ()), threads=d.get("threads", 1),
                    oracle_cpu_max=d.get("oracle_cpu_max", 1 << 16), shrink_seconds=d.get("shrink_seconds", 20.0),
                    shrink_examples=d.get("shrink_examples", 300))
+
+
+def cores() -> int:
+    """CPU cores this process may use (its affinity: `taskset` or a container's cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -1,0 +1,188 @@
+"""Reproducer for vllm-triton-unified (vllm), written by `attnref repro`.
+
+Case (attnref JSON): {"sequences":[{"query_len":11,"context_len":0,"encoder_len":0,"key_len":11}],"attn_type":"kernel","num_heads":1,"num_kv_heads":1,"head_size":32,"head_size_v":null,"dtype":"bfloat16","scale":null,"sliding_window":null,"alibi":null,"soft_cap":0.5,"sinks":null,"attn_chunk_size":null,"block_sparse":null,"causal":false,"causal_alignment":"bottom_right","window":null,"cache":{"layout":"flash_nhd","block_size":16,"table":"contiguous","prefix_blocks":0,"spare_blocks":0,"padding_slots":0,"quant":{"kv_cache_dtype":"auto","granularity":"per_tensor","k_scales":[1.0],"v_scales":[1.0],"dynamic_scales":false,"q_fp8_scale":null},"layers":0,"layer":0,"finite_canaries":true},"values":{"distribution":"normal","logit_scale":16.0},"encodings":[["path","2d"]],"seed":0}
+Needs only torch and the library under test. Exit status 1: the kernel is off.
+"""
+import sys
+
+import torch
+
+
+SEED = 0
+DTYPE = torch.bfloat16
+H, H_KV, D, D_V = 1, 1, 32, 32
+GROUP = H // H_KV  # query heads per kv head: query head h reads kv head h // GROUP
+SEQS = [(11, 11, 0)]  # (query_len, kv_len, position of the first query among the keys)
+SCALE = 0.1767766952966369
+CAUSAL = False
+WINDOW = (None, None)  # (left, right) key distance from the query; None: unbounded
+CHUNK = None
+SOFT_CAP = 0.5
+SINKS = None
+ALIBI = None
+ALIBI_MODE = None  # signed | symmetric | sqrt
+
+DEVICE = "cuda"
+FACTOR = 2.0
+ABS_FLOOR = 0.002
+
+
+def draw_inputs():
+    g = torch.Generator().manual_seed(SEED)
+    n = sum(s[0] for s in SEQS)
+    q = torch.randn(n, H, D, generator=g)
+    q = q * 16.0
+    shared = 0  # keys every sequence shares (a shared-prefix block table)
+    prefix_k, prefix_v = torch.randn(shared, H_KV, D, generator=g), torch.randn(shared, H_KV, D_V, generator=g)
+    prototypes = torch.randn(4, H_KV, D, generator=g)
+    ks, vs = [], []
+    for _, kv_len, _ in SEQS:
+        k, v = torch.randn(kv_len, H_KV, D, generator=g), torch.randn(kv_len, H_KV, D_V, generator=g)
+        k[:shared], v[:shared] = prefix_k, prefix_v
+        ks.append(k.to(DTYPE))
+        vs.append(v.to(DTYPE))
+    return q.to(DTYPE), ks, vs
+
+
+def positions(i, offset_shift=0):
+    q_len, kv_len, first = SEQS[i]
+    return torch.arange(q_len)[:, None] + first + offset_shift, torch.arange(kv_len)[None, :]
+
+
+def visible(i, window_extra=0, offset_shift=0):
+    """Bool [query_len, kv_len]: the keys each query of sequence i may see."""
+    qp, kp = positions(i, offset_shift)
+    ok = torch.ones(qp.shape[0], kp.shape[1], dtype=torch.bool)
+    if CAUSAL:
+        ok &= kp <= qp
+    if WINDOW[0] is not None:
+        ok &= qp - kp <= WINDOW[0] + window_extra
+    if WINDOW[1] is not None:
+        ok &= kp - qp <= WINDOW[1]
+    if CHUNK is not None:
+        ok &= qp // CHUNK == kp // CHUNK
+    return ok
+
+
+def alibi_bias(i, sign=1.0):
+    """[H, query_len, kv_len] float64: slope * (k - q) (signed), -slope * |k - q| (symmetric) or
+    -slope * sqrt(q - k) for k <= q, else 0 (sqrt); None without ALiBi."""
+    if ALIBI is None:
+        return None
+    qp, kp = positions(i)
+    d = (kp - qp).double()
+    d = {"signed": d, "symmetric": -d.abs(), "sqrt": -(-d).clamp(min=0).sqrt()}[ALIBI_MODE]
+    return sign * ALIBI.double()[:, None, None] * d[None]
+
+
+def reference(q, ks, vs):
+    outs, lses, start = [], [], 0
+    heads = torch.tensor([h // GROUP for h in range(H)])
+    for i, (q_len, kv_len, _) in enumerate(SEQS):
+        qi = q[start:start + q_len].cpu().to(torch.float64)
+        start += q_len
+        k, v = ks[i].cpu().to(torch.float64)[:, heads], vs[i].cpu().to(torch.float64)[:, heads]
+        s = torch.einsum("qhd,khd->hqk", qi * SCALE, k)
+        if SOFT_CAP is not None and True:
+            s = SOFT_CAP * torch.tanh(s / SOFT_CAP)  # soft-cap comes before biases and masks
+        bias = alibi_bias(i, sign=1.0)
+        if bias is not None:
+            s = s + bias.to(s.dtype)
+        s = s.masked_fill(~visible(i, 0, 0)[None], float("-inf"))
+        lse = torch.logsumexp(s, -1)  # -inf for a row that sees no key
+        if SINKS is not None:
+            lse = torch.logaddexp(lse, SINKS.to(s.dtype)[:, None])  # a sink joins the denominator, no value
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)  # an empty row: output 0
+        outs.append(torch.einsum("hqk,khd->qhd", p, v))
+        lses.append(lse.transpose(0, 1) / 1.0)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def baseline_attention(q, ks, vs):
+    outs, lses, start = [], [], 0
+    heads = torch.tensor([h // GROUP for h in range(H)])
+    for i, (q_len, kv_len, _) in enumerate(SEQS):
+        qi = q[start:start + q_len].cpu().to(DTYPE)
+        start += q_len
+        k, v = ks[i].cpu().to(DTYPE)[:, heads], vs[i].cpu().to(DTYPE)[:, heads]
+        s = torch.einsum("qhd,khd->hqk", qi * SCALE, k)
+        if SOFT_CAP is not None and True:
+            s = SOFT_CAP * torch.tanh(s / SOFT_CAP)  # soft-cap comes before biases and masks
+        bias = alibi_bias(i, sign=1.0)
+        if bias is not None:
+            s = s + bias.to(s.dtype)
+        s = s.masked_fill(~visible(i, 0, 0)[None], float("-inf"))
+        lse = torch.logsumexp(s, -1)  # -inf for a row that sees no key
+        if SINKS is not None:
+            lse = torch.logaddexp(lse, SINKS.to(s.dtype)[:, None])  # a sink joins the denominator, no value
+        p = torch.exp(s - lse[..., None]).nan_to_num(0.0)  # an empty row: output 0
+        outs.append(torch.einsum("hqk,khd->qhd", p, v))
+        lses.append(lse.transpose(0, 1) / 1.0)
+    return torch.cat(outs), torch.cat(lses)
+
+
+# --- the kernel under test, called as attnref's adapter calls it ---
+def kernel(q, ks, vs):
+    """vLLM's unified_attention over a paged cache of 16-token pages holding each sequence's keys in order."""
+    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+
+    bs = 16
+    pages = [-(-kv_len // bs) for _, kv_len, _ in SEQS]
+    k_cache = torch.zeros(1 + sum(pages), bs, H_KV, D, dtype=DTYPE, device=DEVICE)  # page 0 unused
+    v_cache = torch.zeros(1 + sum(pages), bs, H_KV, D_V, dtype=DTYPE, device=DEVICE)
+    table = torch.zeros(len(SEQS), max(pages + [1]), dtype=torch.int32, device=DEVICE)
+    first = 1
+    for i, (_, kv_len, _) in enumerate(SEQS):
+        table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
+        k_cache.view(-1, H_KV, D)[first * bs:first * bs + kv_len] = ks[i]
+        v_cache.view(-1, H_KV, D_V)[first * bs:first * bs + kv_len] = vs[i]
+        first += pages[i]
+    cu_q = torch.tensor([0] + [sum(s[0] for s in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32,
+                        device=DEVICE)
+    out = torch.empty_like(q)
+    unified_attention(q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=cu_q, max_seqlen_q=max(s[0] for s in SEQS),
+                      seqused_k=torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE),
+                      max_seqlen_k=max(s[1] for s in SEQS), softmax_scale=SCALE, causal=CAUSAL,
+                      window_size=(-1, -1), block_table=table, softcap=SOFT_CAP or 0.0,
+                      q_descale=None, k_descale=None, v_descale=None,
+                      sinks=None if SINKS is None else SINKS.to(DEVICE))
+    return out, None
+
+
+def largest(t):
+    return float(t.max()) if t.numel() else 0.0
+
+
+def main():
+    q, ks, vs = draw_inputs()
+    expected, expected_lse = reference(q, ks, vs)
+    baseline, _ = baseline_attention(q, ks, vs)  # the same math rounded like a plain bfloat16 pass
+    actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs])
+    actual = actual.detach().double().cpu()
+    err = (actual - expected).abs()
+    empty = torch.isneginf(expected_lse) if SINKS is None else torch.zeros_like(expected_lse, dtype=torch.bool)
+    seen = ~empty[..., None].expand_as(err)
+    rounding = 2 * float(((expected.to(DTYPE) + 0.3 - 0.3).double() - expected).abs().max()) if expected.numel() else 0.0
+    limit = FACTOR * largest((baseline.double() - expected).abs()[seen]) + max(rounding, ABS_FLOOR)
+    worst = largest(err[seen].nan_to_num(float("inf")))
+    print(f"max |actual - expected| = {worst:.6g} on rows with keys (limit {limit:.6g} = {FACTOR} x a plain "
+          f"bfloat16 pass's error + rounding floor)")
+    if empty.any():
+        print(f"rows with no visible key: {int(empty.sum())}; kernel max |out| there = "
+              f"{largest(actual[empty].abs().nan_to_num(float('inf'))):.6g} (expected 0)")
+    if actual_lse is not None:
+        lse = actual_lse.detach().double().cpu()
+        both = ~empty
+        print(f"max |lse - expected_lse| = {largest((lse - expected_lse).abs()[both]):.6g}")
+    idx = int(err.nan_to_num(float("inf")).argmax()) if err.numel() else 0
+    if err.numel():
+        t, h, d = idx // (H * D_V), (idx // D_V) % H, idx % D_V
+        print(f"worst element: token {t}, head {h}, dim {d}: expected {float(expected[t, h, d]):.6g}, "
+              f"actual {float(actual[t, h, d]):.6g}")
+    bad = worst > limit or (empty.any() and bool((actual[empty] != 0).any()))
+    print("MISMATCH" if bad else "OK")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
