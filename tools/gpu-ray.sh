@@ -18,8 +18,14 @@ one() {  # one NAME [env...] -- fuzz args
 echo "| run | backend | examples | workers | examples/s | new-example share | materialize | oracle | JIT compile | kernel | compare | shrink | generation + harness | oracle on CPU |" > "$OUT/scaling.md"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" >> "$OUT/scaling.md"
 CUDA_VISIBLE_DEVICES=0 taskset -c 0-$half bash -c 'true'  # taskset exists
-one local-1gpu CUDA_VISIBLE_DEVICES=0 taskset -c 0-$half
-one local-2gpu
-RAY=1 one ray-1gpu CUDA_VISIBLE_DEVICES=0 taskset -c 0-$half
-RAY=1 one ray-2gpu
+for run in ${RUNS:-local-1gpu local-2gpu ray-1gpu ray-2gpu}; do
+  case $run in
+    local-1gpu) one local-1gpu CUDA_VISIBLE_DEVICES=0 taskset -c 0-$half ;;
+    local-2gpu) one local-2gpu ;;
+    ray-1gpu) RAY=1 one ray-1gpu CUDA_VISIBLE_DEVICES=0 taskset -c 0-$half ;;
+    ray-2gpu) RAY=1 one ray-2gpu ;;
+    local-all) one local-all ;;
+    ray-all) RAY=1 one ray-all ;;
+  esac
+done
 cat "$OUT/scaling.md"
