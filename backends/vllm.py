@@ -86,6 +86,8 @@ class Fa3Paged(VllmBackend):
             reasons.append("sinks with dtype != bfloat16: FA3's s_aux takes bf16 sinks")
         if case.kv_cache_dtype.is_fp8 and case.cache.quant.q_fp8_scale is None:
             reasons.append("fp8 cache without an fp8 query: FA3 needs query and key of one dtype")
+        if case.kv_cache_dtype.is_fp8 and case.dtype != DType.BFLOAT16:
+            reasons.append("fp8 with dtype float16: FA3's fp8 path writes a bf16 output only")
         return reasons
 
     def call(self, inputs: Inputs, q, k, v, *, causal: bool, seqused_k=None, cu_k=None, max_k: int,
