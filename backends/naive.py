@@ -83,29 +83,29 @@ class NaivePaged(Backend):
                       written_cache=cache)
 
     def _store(self, cache, key: Tensor, value: Tensor, slot_mapping: Tensor) -> None:
+        """Quantize and store every token at its slot (-1 skipped), as a cache-write kernel does."""
         kview, vview = cache.paged.key_view(), cache.paged.value_view()
         bs = kview.shape[1]
         kvd = cache.kv_cache_dtype
-        for t in range(slot_mapping.shape[0]):
-            slot = int(slot_mapping[t])
-            if slot < 0 and self.bug != Bug.SLOT_MINUS_ONE_WRITTEN:
-                continue
-            slot %= kview.shape[0] * bs  # -1 wraps to the pool's last slot, as an unchecked kernel would
-            blk, off = divmod(slot, bs)
-            k, v = key[t].float(), value[t].float()
-            if kvd in FP8:
-                fp8, top = FP8[kvd]
-                k = (k / cache.k_scale.reshape(-1, 1)).clamp(-top, top).to(fp8)
-                v = (v / cache.v_scale.reshape(-1, 1)).clamp(-top, top).to(fp8)
-            elif kvd in (KVCacheDType.INT8_KV, KVCacheDType.INT8_K_FP16_V):
-                amax = k.abs().amax(-1)
-                ks = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
-                cache.k_scale_cache[blk, :, off] = ks
-                k = torch.round(k / ks[:, None]).clamp(-128, 127).to(torch.int8)
-                if kvd == KVCacheDType.INT8_KV:
-                    v = torch.round(v / cache.v_channel_scale).clamp(-128, 127).to(torch.int8)
-            kview[blk, off] = k.reshape(kview.shape[2:]).to(kview.dtype)
-            vview[blk, off] = v.to(vview.dtype)
+        slots = slot_mapping.to(torch.int64)
+        if self.bug != Bug.SLOT_MINUS_ONE_WRITTEN:
+            key, value, slots = key[slots >= 0], value[slots >= 0], slots[slots >= 0]
+        slots = slots % (kview.shape[0] * bs)  # -1 wraps to the pool's last slot, as an unchecked kernel would
+        blk, off = slots // bs, slots % bs
+        k, v = key.float(), value.float()
+        if kvd in FP8:
+            fp8, top = FP8[kvd]
+            k = (k / cache.k_scale.reshape(1, -1, 1)).clamp(-top, top).to(fp8)
+            v = (v / cache.v_scale.reshape(1, -1, 1)).clamp(-top, top).to(fp8)
+        elif kvd in (KVCacheDType.INT8_KV, KVCacheDType.INT8_K_FP16_V):
+            amax = k.abs().amax(-1)  # [tokens, H_kv]
+            ks = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+            cache.k_scale_cache[blk, :, off] = ks
+            k = torch.round(k / ks[..., None]).clamp(-128, 127).to(torch.int8)
+            if kvd == KVCacheDType.INT8_KV:
+                v = torch.round(v / cache.v_channel_scale).clamp(-128, 127).to(torch.int8)
+        kview[blk, off] = k.reshape(k.shape[0], *kview.shape[2:]).to(kview.dtype)
+        vview[blk, off] = v.to(vview.dtype)
 
     def _load(self, cache, table_row: Tensor, n: int) -> tuple[Tensor, Tensor]:
         kview, vview = cache.paged.key_view(), cache.paged.value_view()

@@ -23,14 +23,14 @@ from backends.naive import NaivePaged, mutants  # noqa: E402
 from backends.registry import listings  # noqa: E402
 from fuzz.compare import Verdict, evaluate  # noqa: E402
 from fuzz.ledger import known_for  # noqa: E402
-from fuzz.strategies import cases  # noqa: E402
+from fuzz.strategies import Limits, cases, limits_from_json  # noqa: E402
 
 
 class Killed(Exception):
     pass
 
 
-def first_kill(backend, seed_value: int, budget: int):
+def first_kill(backend, seed_value: int, budget: int, limits: Limits = Limits()):
     """(examples, seconds) to the first failing verdict, or None; plus failures seen."""
     n = {"i": 0}
     start = time.perf_counter()
@@ -38,7 +38,7 @@ def first_kill(backend, seed_value: int, budget: int):
     @seed(seed_value)
     @settings(max_examples=budget, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(cases(backend.caps))
+    @given(cases(backend.caps, limits))
     def run(case):
         known = known_for(backend.name, case)
         if known is not None:
@@ -60,15 +60,17 @@ def main() -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--budget", type=int, default=300)
     p.add_argument("--correct", action="append", help="correct backends to check for false alarms")
+    p.add_argument("--limits", default="{}", help='as attnref fuzz --limits, e.g. \'{"tiers": ["small"]}\'')
     a = p.parse_args()
+    limits = limits_from_json(a.limits)
     warnings.simplefilter("ignore")
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    print(f"# detection benchmark: {dev}, torch {torch.__version__}, seeds={a.seeds}, budget={a.budget}")
+    print(f"# detection benchmark: {dev}, torch {torch.__version__}, seeds={a.seeds}, budget={a.budget}, limits={a.limits}")
     print("| mutant | killed | median examples | median seconds | first verdict |")
     print("|---|---|---|---|---|")
     medians = []
     for m in mutants():
-        kills = [first_kill(m, s, a.budget) for s in range(a.seeds)]
+        kills = [first_kill(m, s, a.budget, limits) for s in range(a.seeds)]
         got = [k for k in kills if k]
         ex = statistics.median(k[0] for k in got) if got else float("nan")
         sec = statistics.median(k[1] for k in got) if got else float("nan")
@@ -80,7 +82,7 @@ def main() -> int:
     print("\n| correct backend | seeds x budget | false alarms |\n|---|---|---|")
     by_name = {x.backend.name: x.backend for x in listings()}
     for name in names:
-        alarms = [first_kill(by_name[name], s, a.budget) for s in range(a.seeds)]
+        alarms = [first_kill(by_name[name], s, a.budget, limits) for s in range(a.seeds)]
         bad = [x for x in alarms if x]
         print(f"| {name} | {a.seeds} x {a.budget} | {len(bad)}{' ' + str(bad[0]) if bad else ''} |", flush=True)
     return 0
