@@ -132,3 +132,13 @@ def test_replay_of_a_cuda_case_without_cuda_says_why_instead_of_raising():
     case = Path(__file__).parents[2] / "benchmarks/results/cases/flex-flash-cuda-lse-ln2.json"
     out = subprocess.run([sys.executable, "-m", "cli", "replay", str(case)], capture_output=True, text=True)
     assert out.returncode == 2 and "unavailable here: no CUDA device" in out.stderr, out.stderr
+
+
+def test_a_tampered_saved_case_is_rejected_by_validation_not_run(tmp_path):
+    (tmp_path / "cases").mkdir(parents=True)
+    bad = {"backend": "torch-naive-paged", "case": {"sequences": [{"query_len": -4}], "num_heads": 2}}
+    (tmp_path / "cases" / "tampered.json").write_text(json.dumps(bad))
+    rows = _campaign(tmp_path, ["torch-naive-paged"], 2).rows
+    replayed = [r for r in rows if r.get("phase") == "replay"]
+    assert replayed and replayed[0]["verdict"] == "unsupported" and "no longer valid" in replayed[0]["message"]
+    assert len(_generated(rows)) == 2
