@@ -123,17 +123,17 @@ def alibi_bias(i, sign=1.0):
 def attention_function(name: str, dtype: str, *, window_extra: int = 0, offset_shift: str = "0",
                        soft_cap: bool = True, alibi_sign: float = 1.0, kv_head: str = "h // GROUP",
                        lse_divisor: str = "1.0") -> str:
-    """`def name(q, ks, vs)`: softmax attention per sequence in `dtype` -> (out [N, H, D_V], lse [N, H]).
+    """`def name(q, ks, vs, dtype=...)`: softmax attention per sequence -> (out [N, H, D_V], lse [N, H]).
 
     The keyword edits plant a mutant's bug (defaults: the correct semantics)."""
     return f'''
-def {name}(q, ks, vs):
+def {name}(q, ks, vs, dtype={dtype}):
     outs, lses, start = [], [], 0
     heads = torch.tensor([{kv_head} for h in range(H)])
     for i, (q_len, kv_len, _) in enumerate(SEQS):
-        qi = q[start:start + q_len].cpu().to({dtype})
+        qi = q[start:start + q_len].cpu().to(dtype)
         start += q_len
-        k, v = ks[i].cpu().to({dtype})[:, heads], vs[i].cpu().to({dtype})[:, heads]
+        k, v = ks[i].cpu().to(dtype)[:, heads], vs[i].cpu().to(dtype)[:, heads]
         s = torch.einsum("qhd,khd->hqk", qi * SCALE, k)
         if SOFT_CAP is not None and {soft_cap}:
             s = SOFT_CAP * torch.tanh(s / SOFT_CAP)  # soft-cap comes before biases and masks

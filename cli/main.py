@@ -105,14 +105,20 @@ def _last_run(rows: list[dict]) -> int | None:
     return max(runs) if runs else None
 
 
-def _cmd_replay(a) -> int:
-    from backends.registry import get
-    from fuzz.compare import evaluate
-
+def _case_and_backend(a):
+    """(Case, payload, backend name) of a case-file command; the backend from --backend or the file."""
     case, payload = load_case_file(a.case)
     name = a.backend or payload.get("backend")
     if not name:
         raise UsageError(f"{a.case}: the file names no backend; pass --backend NAME")
+    return case, payload, name
+
+
+def _cmd_replay(a) -> int:
+    from backends.registry import get
+    from fuzz.compare import evaluate
+
+    case, payload, name = _case_and_backend(a)
     try:
         backend = get(name, include_mutants=True, specs=tuple(a.backend_spec))
     except KeyError as e:
@@ -181,10 +187,7 @@ def _cmd_report(a) -> int:
 def _cmd_repro(a) -> int:
     from reports.repro import ReproUnsupported, write_repro
 
-    case, payload = load_case_file(a.case)
-    name = a.backend or payload.get("backend")
-    if not name:
-        raise UsageError(f"{a.case}: the file names no backend; pass --backend NAME")
+    case, _, name = _case_and_backend(a)
     try:
         text = write_repro(case, name, specs=tuple(a.backend_spec))
     except ReproUnsupported as e:

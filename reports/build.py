@@ -14,23 +14,10 @@ from xml.etree import ElementTree as ET
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from campaign.store import read_rows
+
 FAILURES = ("mismatch", "nan", "contract", "crash", "timeout")
 VERDICTS = ("pass", "blind", "unsupported") + FAILURES
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Every whole JSON object line of a file (a line torn by a kill is skipped)."""
-    rows = []
-    if path.exists():
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(row, dict):
-                    rows.append(row)
-    return rows
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:
@@ -43,7 +30,7 @@ def frame(rows: list[dict]) -> pd.DataFrame:
 
 def load_rows(results: Path) -> pd.DataFrame:
     """All rows of rows.jsonl as a DataFrame."""
-    return frame(read_jsonl(results / "rows.jsonl"))
+    return frame(read_rows(results))
 
 
 def generated(df: pd.DataFrame) -> pd.DataFrame:
@@ -184,7 +171,7 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
 
     out = out or results / "report"
     out.mkdir(parents=True, exist_ok=True)
-    rows = read_jsonl(results / "rows.jsonl")
+    rows = read_rows(results)
     df = frame(rows)
     flat = df.drop(columns=[c for c in ("traceback", "worker_output", "symptoms") if c in df])
     flat.to_csv(results / "results.csv", index=False)

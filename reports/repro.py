@@ -25,7 +25,7 @@ def largest(t):
 def main():
     q, ks, vs = draw_inputs()
     expected, expected_lse = reference(q, ks, vs)
-    baseline, _ = baseline_attention(q, ks, vs)  # the same math rounded like a plain {dtype} pass
+    baseline, _ = reference(q, ks, vs, DTYPE)  # the same math rounded like a plain {dtype} pass
     actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs])
     actual = actual.detach().double().cpu()
     err = (actual - expected).abs()
@@ -78,7 +78,6 @@ def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> s
     parts = [header, constants(case), f'DEVICE = "{device}"', f"FACTOR = {rule.factor}",
              f"ABS_FLOOR = {rule.abs_floor}\n\n", draw_inputs(case), MASKS,
              attention_function("reference", "torch.float64"),
-             attention_function("baseline_attention", "DTYPE"),
              "\n# --- the kernel under test, called as attnref's adapter calls it ---" + kernel,
              FOOTER.format(dtype=case.dtype.value)]
     return "\n".join(parts)
