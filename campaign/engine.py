@@ -8,9 +8,7 @@ campaign returns a status a shell can read (130 / 143); `--resume` continues it 
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -23,7 +21,8 @@ from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
 from .tasks import Task, TaskKind, WorkerConfig
 from .tasks import cores as available_cores
-from .worker import STICKY_EXIT
+from .machine import default_workers, gpu_mem_gib, visible_gpus
+from .worker import STICKY_EXIT, case_payload
 
 EXIT_CLEAN, EXIT_NEW_FAILURES, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 
@@ -117,9 +116,7 @@ class Driver:
     def _save_unshrunk(self, row: dict, note: str) -> None:
         """A failure kept as found (its process died, it hung, or the campaign ended before its shrink)."""
         bucket = self.buckets.covering(row)
-        stem = f"{row['backend']}-{hashlib.sha1(str(row['case']).encode()).hexdigest()[:10]}"
-        payload = {"backend": row["backend"], "verdict": row["verdict"], "case": _json(row["case"]),
-                   "row": {k: v for k, v in row.items() if k != "case"}}
+        stem, payload, _ = case_payload(row["backend"], row, None)
         path = self.store.write_case(stem, payload, None)
         minimal = dict(row, phase="minimal", case_file=path, note=note, t=time.time())
         if bucket is not None:
@@ -336,38 +333,14 @@ class Driver:
         return CampaignResult(rows, self.buckets.summary(), status, signum, self.harness_errors)
 
 
-def _json(text: str) -> dict:
-    import json
-
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return {"unparsed": str(text)}
-
-
-def default_workers(gpus: int, cores: int | None = None, gpu_mem_gib: float | None = None) -> int:
-    """Workers per GPU (or in all, without a GPU) for --workers auto.
-
-    The oracle runs on CPU cores, so workers follow cores: all of them spread over the GPUs; each
-    worker holds a CUDA context and its kernels' workspaces, so at most one per 4 GiB of GPU memory.
-    """
-    cores = cores or available_cores()
-    if gpus == 0:
-        return max(1, cores)
-    per_gpu = max(1, cores // gpus)
-    if gpu_mem_gib:
-        per_gpu = min(per_gpu, max(1, int(gpu_mem_gib // 4)))
-    return per_gpu
-
-
 def run_campaign(cfg: CampaignConfig) -> CampaignResult:
     """Fuzz cfg.backends with local worker processes (or Ray actors with cfg.use_ray)."""
     from fuzz.compare import ORACLE_CPU_MAX
 
     prepare(cfg.out)
     _declare(cfg)
-    gpus = _visible_gpus()
-    per = cfg.workers if isinstance(cfg.workers, int) else default_workers(gpus, gpu_mem_gib=_gpu_mem_gib())
+    gpus = visible_gpus()
+    per = cfg.workers if isinstance(cfg.workers, int) else default_workers(gpus, gpu_mem_gib=gpu_mem_gib())
     slots = per * max(1, gpus)
     threads = max(1, available_cores() // slots)
     wcfg = WorkerConfig(seed=cfg.seed, limits=cfg.limits, specs=cfg.specs, threads=threads,
@@ -397,22 +370,3 @@ def _declare(cfg: CampaignConfig) -> None:
         pass  # the campaign's own checks report unknown backends and unwritable directories
 
 
-def _visible_gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        return 0
-
-
-def _gpu_mem_gib() -> float | None:
-    """GPU 0's memory from nvidia-smi (asking torch would open a CUDA context in the driver)."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20).stdout.split()
-        return float(out[0]) / 1024 if out else None
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None

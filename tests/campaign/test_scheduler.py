@@ -138,3 +138,12 @@ def test_a_broken_backend_gets_no_more_tasks():
 def test_shard_seeds_are_stable_and_distinct():
     assert shard_seed(0, "a", 1) == shard_seed(0, "a", 1)
     assert len({shard_seed(0, "a", j) for j in range(100)} | {shard_seed(1, "a", 0), shard_seed(0, "b", 0)}) == 102
+
+
+def test_auto_workers_follow_cores_over_gpus_and_gpu_memory():
+    from campaign.machine import default_workers
+
+    assert default_workers(0, cores=2) == 2  # no GPU: one per core
+    assert default_workers(1, cores=16, gpu_mem_gib=80) == 16
+    assert default_workers(2, cores=32, gpu_mem_gib=141) == 16  # per GPU
+    assert default_workers(1, cores=16, gpu_mem_gib=20) == 5  # 4 GiB each
