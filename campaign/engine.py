@@ -254,6 +254,14 @@ class Driver:
             self.scheduler.give_up(msg.get("backend", "?"), msg.get("message", ""))
             self.scheduler.task_done(wid)
 
+    def _task_deadline(self, task: Task, deadline: float | None) -> float | None:
+        """With a time budget and more backends than workers, a generation task gets a time slice (its
+        shard continues at a later turn), so a slow backend cannot hold a worker the whole campaign."""
+        if deadline is None or task.kind != TaskKind.GENERATE or len(self.cfg.backends) <= self.plumbing.slots:
+            return deadline
+        share = self.cfg.seconds * self.plumbing.slots / len(self.cfg.backends)
+        return min(deadline, time.time() + min(60.0, max(5.0, share / 4)))
+
     def _check_hangs(self) -> None:
         now = time.time()
         for wid, beat in list(self.beats.items()):
@@ -297,7 +305,7 @@ class Driver:
                     for wid, task in self.scheduler.schedule():
                         if task.kind == TaskKind.SHRINK:
                             self.shrinking[wid] = task
-                        self.plumbing.assign(wid, task, deadline)
+                        self.plumbing.assign(wid, task, self._task_deadline(task, deadline))
                     if self.scheduler.finished:
                         self._stop_all()
                         grace_until = now + 5.0

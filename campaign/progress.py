@@ -22,14 +22,12 @@ class Progress:
         self.failures: Counter[str] = Counter()
         self.known: Counter[str] = Counter()
         self.buckets: dict[str, set[str]] = defaultdict(set)
-        self.first: dict[str, float] = {}
         self._last = 0.0
 
     def row(self, row: dict, bucket: str | None = None) -> None:
         backend = row.get("backend", "?")
         if row.get("phase") == "generate":
             self.generated[backend] += 1
-            self.first.setdefault(backend, time.monotonic())
             if row.get("verdict") in ("mismatch", "nan", "contract", "crash", "timeout"):
                 (self.known if row.get("known_issue") else self.failures)[backend] += 1
         if bucket:
@@ -39,8 +37,7 @@ class Progress:
         now = time.monotonic()
         parts = []
         for backend in sorted(self.generated):
-            span = max(now - self.first.get(backend, now), 1e-9)
-            rate = self.generated[backend] / span
+            rate = self.generated[backend] / max(now - self.start, 1e-9)
             part = f"{backend} {self.generated[backend]} ({rate:.1f}/s)"
             if self.failures[backend] or self.known[backend]:
                 part += f" fail={self.failures[backend]} buckets={len(self.buckets[backend])}"

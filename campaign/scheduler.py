@@ -7,7 +7,8 @@ deadline or on an interrupt; `schedule` hands tasks to idle workers.
 
 Policy: replays of saved cases first, then shrinks (at most `max_shrinking` at once, so most
 workers keep generating), then generation. Generation goes to the backend with the fewest workers
-on it, so backends run side by side; ties go to the backend the worker ran last (a JIT library's
+on it, then the fewest examples so far, so backends run side by side and, with fewer workers than
+backends, take turns; remaining ties go to the backend the worker ran last (a JIT library's
 compiled kernels live in that process). A shard cut short (deadline, dead worker) continues where
 it stopped; with an example budget, shards are added until every backend has exactly that many.
 """
@@ -151,7 +152,7 @@ class Scheduler:
         if not choices:
             return None
         warm = self.last_backend.get(wid)
-        backend = min(choices, key=lambda b: (active[b], b != warm, self.generated(b), self.backends.index(b)))
+        backend = min(choices, key=lambda b: (active[b], self.generated(b), b != warm, self.backends.index(b)))
         return self._generate_for(backend, create=True)
 
     def _may_shrink(self, backend: str) -> bool:

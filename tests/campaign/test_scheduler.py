@@ -147,3 +147,16 @@ def test_auto_workers_follow_cores_over_gpus_and_gpu_memory():
     assert default_workers(1, cores=16, gpu_mem_gib=80) == 16
     assert default_workers(2, cores=32, gpu_mem_gib=141) == 16  # per GPU
     assert default_workers(1, cores=16, gpu_mem_gib=20) == 5  # 4 GiB each
+
+
+def test_with_fewer_workers_than_backends_every_backend_gets_turns():
+    s = Scheduler(["a", "b", "c", "d"], examples=None, shard_size=5)
+    s.add_worker(0)
+    seen = []
+    for _ in range(8):
+        (wid, task), = s.schedule()
+        for i in range(task.start + 1, task.size + 1):
+            s.example_done(task.backend, task.shard, i)
+        s.task_done(wid)
+        seen.append(task.backend)
+    assert set(seen) == {"a", "b", "c", "d"} and seen[:4] == ["a", "b", "c", "d"]
