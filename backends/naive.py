@@ -21,6 +21,8 @@ from ._convert import LOG2_E, key_offset
 from .base import ALL_FEATURES, Actual, Backend, Capabilities, Feature, LseBase, poisoned_output
 
 FP8 = {KVCacheDType.FP8_E4M3: (torch.float8_e4m3fn, 448.0), KVCacheDType.FP8_E5M2: (torch.float8_e5m2, 57344.0)}
+TOKEN_HEAD = {KVCacheDType.INT8_PER_TOKEN_HEAD: (torch.int8, 127.0),
+              KVCacheDType.FP8_PER_TOKEN_HEAD: (torch.float8_e4m3fn, 448.0)}
 
 
 class Bug(Enum):
@@ -48,6 +50,13 @@ NAIVE_CAPS = Capabilities(
     kv_cache_dtypes=frozenset(KVCacheDType), scale_granularities=frozenset(ScaleGranularity),
     block_sizes=(1, 2, 3, 4, 8, 16, 32), lse_base=LseBase.E, writes_output_buffer=True,
     reads_paged_cache=True, writes_cache=True, requires_cache=True)
+
+
+def _div(x: Tensor, divisor: float) -> Tensor:
+    """x / divisor correctly rounded on every device: CUDA divides by a Python scalar through its
+    reciprocal (1 ulp off), and a scale 1 ulp off flips the stored code of values that sit on a
+    rounding tie, which low-precision inputs often do (found on an H100: ~1 in 3 per-token-head cases)."""
+    return x / torch.full_like(x, divisor)
 
 
 class NaivePaged(Backend):
@@ -99,11 +108,19 @@ class NaivePaged(Backend):
             v = (v / cache.v_scale.reshape(1, -1, 1)).clamp(-top, top).to(fp8)
         elif kvd in (KVCacheDType.INT8_KV, KVCacheDType.INT8_K_FP16_V):
             amax = k.abs().amax(-1)  # [tokens, H_kv]
-            ks = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+            ks = torch.where(amax > 0, _div(amax, 127.0), torch.ones_like(amax))
             cache.k_scale_cache[blk, :, off] = ks
             k = torch.round(k / ks[..., None]).clamp(-128, 127).to(torch.int8)
             if kvd == KVCacheDType.INT8_KV:
                 v = torch.round(v / cache.v_channel_scale).clamp(-128, 127).to(torch.int8)
+        elif kvd in TOKEN_HEAD:
+            fmt, top = TOKEN_HEAD[kvd]
+            ks, vs = _div(k.abs().amax(-1), top).clamp(min=1e-6), _div(v.abs().amax(-1), top).clamp(min=1e-6)
+            cache.k_token_scales[blk, off], cache.v_token_scales[blk, off] = ks, vs
+            k, v = k / ks[..., None], v / vs[..., None]
+            if fmt == torch.int8:  # half away from zero, as vLLM's writer rounds before its truncating store
+                k, v = torch.where(k >= 0, k + 0.5, k - 0.5).trunc(), torch.where(v >= 0, v + 0.5, v - 0.5).trunc()
+            k, v = k.clamp(-top - (fmt == torch.int8), top).to(fmt), v.clamp(-top - (fmt == torch.int8), top).to(fmt)
         kview[blk, off] = k.reshape(k.shape[0], *kview.shape[2:]).to(kview.dtype)
         vview[blk, off] = v.to(vview.dtype)
 
@@ -131,6 +148,9 @@ class NaivePaged(Backend):
             k = k if self.bug == Bug.K_DESCALE_DROPPED else k * ks[..., None]
             if kvd == KVCacheDType.INT8_KV:
                 v = v * cache.v_channel_scale
+        elif kvd in TOKEN_HEAD:
+            k = k if self.bug == Bug.K_DESCALE_DROPPED else k * cache.k_token_scales.flatten(0, 1)[slot][..., None]
+            v = v * cache.v_token_scales.flatten(0, 1)[slot][..., None]
         return k, v
 
     def _attend(self, inputs: Inputs, i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

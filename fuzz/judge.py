@@ -181,7 +181,7 @@ def judge_cache_write(expected_cache, written) -> list[Symptom]:
     untouched slots included) and the scale caches must be equal."""
     out = []
     pairs = list(zip(expected_cache.paged.tensors, written.paged.tensors))
-    for name in ("k_scale_cache",):
+    for name in ("k_scale_cache", "k_token_scales", "v_token_scales"):
         a, b = getattr(expected_cache, name, None), getattr(written, name, None)
         if a is not None and b is not None:
             pairs.append((a, b))

@@ -43,7 +43,8 @@ RULES: dict[DType, ToleranceRule] = {
 # Quantized caches: the baseline already reads the same quantized values; kernels differ from it in
 # where they dequantize and round P (fp8 kernels may round P to fp8), so allow more.
 QUANT_FACTOR = {KVCacheDType.FP8_E4M3: 4.0, KVCacheDType.FP8_E5M2: 4.0, KVCacheDType.INT8_KV: 4.0,
-                KVCacheDType.INT8_K_FP16_V: 4.0}
+                KVCacheDType.INT8_K_FP16_V: 4.0, KVCacheDType.INT8_PER_TOKEN_HEAD: 4.0,
+                KVCacheDType.FP8_PER_TOKEN_HEAD: 4.0}
 
 
 def rule_for(dtype: DType, kv_cache_dtype: KVCacheDType = KVCacheDType.AUTO) -> ToleranceRule:

@@ -91,14 +91,29 @@ class KVCacheDType(Enum):
     FP8_E5M2 = "fp8_e5m2"
     INT8_KV = "int8_kv"  # int8 fork level 1: int8 K (per token-head scale), int8 V (per channel)
     INT8_K_FP16_V = "int8_k_fp16_v"  # int8 fork level 2: int8 K (per token-head scale), 16-bit V
+    # vLLM 0.26's dynamic per-(token, head) modes: K and V each get scale = max(amax / QMAX, 1e-6),
+    # kept in scale caches [num_blocks, block_size, H_kv]; the Quant's static scales are unused.
+    INT8_PER_TOKEN_HEAD = "int8_per_token_head"
+    FP8_PER_TOKEN_HEAD = "fp8_per_token_head"
 
     @property
     def is_fp8(self) -> bool:
+        """fp8 with static (per tensor / per head) scales."""
         return self in (KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2)
 
     @property
     def is_int8(self) -> bool:
+        """The int8 fork's modes."""
         return self in (KVCacheDType.INT8_KV, KVCacheDType.INT8_K_FP16_V)
+
+    @property
+    def is_per_token_head(self) -> bool:
+        return self in (KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD)
+
+    @property
+    def is_one_byte(self) -> bool:
+        """Keys stored one byte per element."""
+        return self.is_fp8 or self.is_int8 or self.is_per_token_head
 
 
 class ScaleGranularity(Enum):
@@ -504,7 +519,7 @@ def _validate_cache(case: Case) -> None:
                  f"Case.cache.quant: layout mla_latent stores one tensor with one scale; kv_cache_dtype="
                  f"{q.kv_cache_dtype.value} must not be int8 and k_scales must equal v_scales")
     if c.layout == KVLayout.PAGED_V0:
-        x = 16 // (1 if (q.kv_cache_dtype.is_fp8 or q.kv_cache_dtype.is_int8) else case.dtype.torch.itemsize)
+        x = 16 // (1 if q.kv_cache_dtype.is_one_byte else case.dtype.torch.itemsize)
         _require(case.head_size % x == 0,
                  f"Case.head_size={case.head_size}: layout paged_v0 splits keys by x={x}; must be a multiple")
     _require(case.value_size == case.head_size or c.layout != KVLayout.PAGED_V0,
@@ -518,6 +533,12 @@ def _validate_cache(case: Case) -> None:
         _require(c.layout == KVLayout.FLASH_HND,
                  f"Case.cache.layout={c.layout.value}: the int8 fork stores [num_blocks, H_kv, block_size, D] "
                  f"(flash_hnd); kv_cache_dtype={q.kv_cache_dtype.value} needs it")
+    if q.kv_cache_dtype.is_per_token_head:
+        _require(c.layout != KVLayout.MLA_LATENT and q.k_scales == (1.0,) and q.v_scales == (1.0,)
+                 and not q.dynamic_scales and q.q_fp8_scale is None,
+                 f"Case.cache.quant: kv_cache_dtype={q.kv_cache_dtype.value} computes its scales per token and "
+                 f"head; needs k_scales=v_scales=(1.0,), no dynamic_scales, no q_fp8_scale, a layout other than "
+                 f"mla_latent")
     if q.kv_cache_dtype in (KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16):
         _require(case.dtype.value == q.kv_cache_dtype.value,
                  f"Case.cache.quant.kv_cache_dtype={q.kv_cache_dtype.value}: a 16-bit cache must match "

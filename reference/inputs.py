@@ -26,10 +26,16 @@ class KVCache:
     v_scale: Tensor
     k_scale_cache: Tensor | None = None  # int8 fork: per token-head key scales [num_blocks, H_kv, block_size]
     v_channel_scale: Tensor | None = None  # int8_kv: per-channel value scale [H_kv, D_v]
+    k_token_scales: Tensor | None = None  # per-token-head modes: [num_blocks, block_size, H_kv] float32
+    v_token_scales: Tensor | None = None
 
     def clone(self) -> "KVCache":
-        return KVCache(self.paged.clone(), self.kv_cache_dtype, self.k_scale, self.v_scale,
-                       None if self.k_scale_cache is None else self.k_scale_cache.clone(), self.v_channel_scale)
+        return KVCache(self.paged.clone(), self.kv_cache_dtype, self.k_scale, self.v_scale, _clone(self.k_scale_cache),
+                       self.v_channel_scale, _clone(self.k_token_scales), _clone(self.v_token_scales))
+
+
+def _clone(t: Tensor | None) -> Tensor | None:
+    return None if t is None else t.clone()
 
 
 @dataclass(frozen=True)
@@ -114,8 +120,8 @@ def to_device(inputs: Inputs, device: torch.device | str) -> Inputs:
         if isinstance(x, tuple):
             return tuple(move(t) for t in x)
         if isinstance(x, KVCache):
-            return KVCache(x.paged.with_storage(lambda t: t.to(device)), x.kv_cache_dtype, move(x.k_scale), move(x.v_scale), move(x.k_scale_cache),
-                           move(x.v_channel_scale))
+            return KVCache(x.paged.with_storage(lambda t: t.to(device)), x.kv_cache_dtype, move(x.k_scale), move(x.v_scale),
+                           move(x.k_scale_cache), move(x.v_channel_scale), move(x.k_token_scales), move(x.v_token_scales))
         return x
 
     fields = {f: move(getattr(inputs, f)) for f in inputs.__dataclass_fields__ if f != "case"}
@@ -246,16 +252,21 @@ def empty_cache(case: Case, num_blocks: int, v_channel_scale: Tensor | None, k_s
     kvd = spec.quant.kv_cache_dtype
     model = case.dtype.torch
     key_dtype = {KVCacheDType.FP8_E4M3: torch.float8_e4m3fn, KVCacheDType.FP8_E5M2: torch.float8_e5m2,
-                 KVCacheDType.INT8_KV: torch.int8, KVCacheDType.INT8_K_FP16_V: torch.int8}.get(kvd, model)
+                 KVCacheDType.INT8_KV: torch.int8, KVCacheDType.INT8_K_FP16_V: torch.int8,
+                 KVCacheDType.INT8_PER_TOKEN_HEAD: torch.int8,
+                 KVCacheDType.FP8_PER_TOKEN_HEAD: torch.float8_e4m3fn}.get(kvd, model)
     value_dtype = model if kvd == KVCacheDType.INT8_K_FP16_V else key_dtype
     paged = layouts.allocate(spec.layout, num_blocks, spec.block_size, case.num_kv_heads, case.head_size,
                              case.value_size, key_dtype, value_dtype, layers=spec.layers, layer=spec.layer,
                              finite=spec.finite_canaries)
-    k_scale_cache = None
+    poison = layouts.FINITE_CANARY if spec.finite_canaries else float("nan")
+    k_scale_cache = k_tokens = v_tokens = None
     if kvd.is_int8:
-        poison = layouts.FINITE_CANARY if spec.finite_canaries else float("nan")
         k_scale_cache = torch.full((num_blocks, case.num_kv_heads, spec.block_size), poison)
-    return KVCache(paged, kvd, k_scale, v_scale, k_scale_cache, v_channel_scale)
+    if kvd.is_per_token_head:
+        k_tokens = torch.full((num_blocks, spec.block_size, case.num_kv_heads), poison)
+        v_tokens = torch.full((num_blocks, spec.block_size, case.num_kv_heads), poison)
+    return KVCache(paged, kvd, k_scale, v_scale, k_scale_cache, v_channel_scale, k_tokens, v_tokens)
 
 
 def write_kv(cache: KVCache, key: Tensor, value: Tensor, slot_mapping: Tensor) -> None:
@@ -272,6 +283,14 @@ def write_kv(cache: KVCache, key: Tensor, value: Tensor, slot_mapping: Tensor) -
         slots = slot_mapping[keep]
         bs = cache.paged.block_size
         cache.k_scale_cache.permute(0, 2, 1)[slots // bs, slots % bs] = token_scale[keep].to(cache.k_scale_cache.dtype)
+    elif kvd.is_per_token_head:
+        k_scales, v_scales = quant.per_token_head_scale(key, kvd), quant.per_token_head_scale(value, kvd)  # [N, H_kv]
+        k, v = quant.quantize_per_token_head(key, k_scales, kvd), quant.quantize_per_token_head(value, v_scales, kvd)
+        keep = slot_mapping >= 0
+        slots = slot_mapping[keep]
+        bs = cache.paged.block_size
+        cache.k_token_scales[slots // bs, slots % bs] = k_scales[keep]
+        cache.v_token_scales[slots // bs, slots % bs] = v_scales[keep]
     else:
         k, v = key, value
     layouts.write(cache.paged, k, v, slot_mapping)
@@ -289,6 +308,12 @@ def read_kv(cache: KVCache, block_table_row: Tensor, length: int, dtype: torch.d
         k = quant.dequantize(k, token_scale[..., None], dtype)
         v = quant.dequantize(v, cache.v_channel_scale, dtype) if kvd == KVCacheDType.INT8_KV else v.to(dtype)
         return k, v
+    if kvd.is_per_token_head:
+        bs = cache.paged.block_size
+        pos = torch.arange(length, device=block_table_row.device)
+        blocks, offsets = block_table_row.to(torch.int64)[pos // bs], pos % bs
+        k_scales, v_scales = cache.k_token_scales[blocks, offsets], cache.v_token_scales[blocks, offsets]  # [length, H_kv]
+        return quant.dequantize(k, k_scales[..., None], dtype), quant.dequantize(v, v_scales[..., None], dtype)
     return quant.dequantize(k, _per_head(cache.k_scale), dtype), quant.dequantize(v, _per_head(cache.v_scale), dtype)
 
 

@@ -1,4 +1,5 @@
-"""Quantize and dequantize KV-cache values: fp8 (e4m3, e5m2) and the int8 fork's modes.
+"""Quantize and dequantize KV-cache values: fp8 (e4m3, e5m2), the int8 fork's modes and vLLM's
+dynamic per-(token, head) int8 / fp8 modes.
 
 Scales are dequantization multipliers: stored = quantize(value / scale), value ~= stored * scale.
 
@@ -7,6 +8,7 @@ Rounding and saturation (the oracle follows vLLM's CUDA kernels, not torch's CPU
   vLLM's scaled_fp8_conversion). torch's plain `.to(float8_e5m2)` overflows to inf instead and
   e4m3fn has no inf, so we clamp before casting.
 - int8: round half to even (vLLM's float_to_int8_rn uses nearbyint), saturating to [-128, 127].
+- per-token-head int8 (vLLM 0.26's Triton writer): round half *away from zero*, saturating.
 """
 from __future__ import annotations
 
@@ -44,6 +46,25 @@ def per_token_head_int8_scale(x: Tensor) -> Tensor:
     """Dynamic int8 scale [..., heads] = amax over the last dim / 127 (0 rows get scale 1)."""
     amax = x.abs().to(torch.float32).amax(dim=-1)
     return torch.where(amax > 0, amax / INT8_MAX, torch.ones_like(amax))
+
+
+TOKEN_HEAD_MAX = {KVCacheDType.INT8_PER_TOKEN_HEAD: INT8_MAX, KVCacheDType.FP8_PER_TOKEN_HEAD: 448.0}
+TOKEN_HEAD_MIN_SCALE = 1e-6  # the writer's floor: an all-zero (token, head) keeps a tiny, finite scale
+
+
+def per_token_head_scale(x: Tensor, fmt: KVCacheDType) -> Tensor:
+    """Dynamic scale [..., heads] = max(amax over the last dim / QMAX, 1e-6), float32."""
+    amax = x.abs().to(torch.float32).amax(dim=-1)
+    return torch.clamp(amax / TOKEN_HEAD_MAX[fmt], min=TOKEN_HEAD_MIN_SCALE)
+
+
+def quantize_per_token_head(x: Tensor, scale: Tensor, fmt: KVCacheDType) -> Tensor:
+    """x / scale[..., None] stored as int8 (round half away from zero) or fp8 e4m3 (nearest even),
+    saturated to the format's range."""
+    y = x.to(torch.float32) / scale[..., None]
+    if fmt == KVCacheDType.INT8_PER_TOKEN_HEAD:
+        return (torch.sign(y) * torch.floor(y.abs() + 0.5)).clamp(-128, 127).to(torch.int8)
+    return y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
 
 
 def per_channel_int8_scale(x: Tensor) -> Tensor:

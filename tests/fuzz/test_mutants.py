@@ -11,28 +11,25 @@ from fuzz.strategies import cases
 BUDGET = 300
 
 
-class Killed(Exception):
-    pass
-
-
 def _first_failure(backend, budget: int):
-    seen = {"n": 0}
+    """The first failing example's (index, verdict, message), or None. Recorded rather than raised: a
+    mutant whose output depends on uninitialised memory need not fail again when hypothesis replays it."""
+    seen: dict = {"n": 0, "kill": None}
 
     @seed(0)
     @settings(max_examples=budget, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck),
               derandomize=False)
     @given(cases(backend.caps))
     def run(case):
+        if seen["kill"] is not None:
+            return
         seen["n"] += 1
         row = evaluate(backend, case).row
         if Verdict(row["verdict"]).is_failure:
-            raise Killed(seen["n"], row["verdict"], row.get("message"))
+            seen["kill"] = (seen["n"], row["verdict"], row.get("message"))
 
-    try:
-        run()
-    except Killed as k:
-        return k.args
-    return None
+    run()
+    return seen["kill"]
 
 
 @pytest.mark.parametrize("bug", list(Bug), ids=lambda b: b.value)

@@ -45,7 +45,7 @@ def test_every_layout_gives_the_same_attention(case, data):
     spec = case.cache
     kvd = spec.quant.kv_cache_dtype
     choices = [l for l in r.KVLayout if not kvd.is_int8 or l == r.KVLayout.FLASH_HND]
-    x = 16 // (1 if (kvd.is_fp8 or kvd.is_int8) else case.dtype.torch.itemsize)
+    x = 16 // (1 if kvd.is_one_byte else case.dtype.torch.itemsize)
     choices = [l for l in choices if l != r.KVLayout.PAGED_V0 or (case.head_size % x == 0 and case.value_size == case.head_size)]
     # mla_latent draws its values as the latent's prefix (other data): it is checked on its own below
     assume(spec.layout != r.KVLayout.MLA_LATENT)
@@ -103,8 +103,9 @@ def test_permuting_physical_blocks_with_the_table_changes_nothing(case, rnd):
     for src, dst in ((inputs.cache.paged.key_view(), moved.paged.key_view()),
                      (inputs.cache.paged.value_view(), moved.paged.value_view())):
         dst.copy_(src[old_of_new])
-    if moved.k_scale_cache is not None:
-        moved.k_scale_cache.copy_(inputs.cache.k_scale_cache[old_of_new])
+    for name in ("k_scale_cache", "k_token_scales", "v_token_scales"):  # scale caches are indexed by block too
+        if getattr(moved, name) is not None:
+            getattr(moved, name).copy_(getattr(inputs.cache, name)[old_of_new])
     shuffled = dataclasses.replace(inputs, cache=moved, block_table=new_of_old[inputs.block_table.long()].to(torch.int32))
     a, b = r.attention(inputs), r.attention(shuffled)
     assert torch.equal(a.output, b.output) and torch.equal(a.lse, b.lse)
@@ -153,6 +154,64 @@ def test_int8_round_trip_is_within_half_a_quantum(x, scale):
         assert abs(y - x) <= scale / 2 + 1e-9
     else:
         assert abs(y) in (127 * scale, 128 * scale)
+
+
+TOKEN_HEAD = [r.KVCacheDType.INT8_PER_TOKEN_HEAD, r.KVCacheDType.FP8_PER_TOKEN_HEAD]
+TOKEN_HEAD_CAPS = dataclasses.replace(PAGED, kv_cache_dtypes=frozenset(TOKEN_HEAD))
+
+
+@given(cases(TOKEN_HEAD_CAPS, SMALL))
+def test_per_token_head_cache_reads_back_each_tokens_own_quantization(case):
+    """Second formulation: quantizing each sequence's keys directly (no pages, no slots) gives what the
+    paged cache reads back."""
+    fmt = case.kv_cache_dtype
+    inputs = r.materialize(case)
+    for i in range(len(case.sequences)):
+        k, v = read_kv(inputs.cache, inputs.block_table[i], case.kv_lens[i])
+        for got, x in ((k, inputs.keys[i]), (v, inputs.values[i])):
+            scale = quant.per_token_head_scale(x, fmt)
+            want = quant.dequantize(quant.quantize_per_token_head(x, scale, fmt), scale[..., None])
+            assert torch.equal(got, want)
+
+
+@given(st.sampled_from(TOKEN_HEAD), st.lists(st.floats(-1e4, 1e4, width=32), min_size=1, max_size=16),
+       st.integers(-20, 20))
+def test_per_token_head_quantization_is_invariant_to_power_of_two_scaling(fmt, xs, shift):
+    """Multiplying a (token, head) by 2^shift multiplies its scale by 2^shift and stores the same bytes
+    (while the scale stays above the 1e-6 floor)."""
+    x = torch.tensor(xs, dtype=torch.float32).reshape(1, 1, -1)
+    y = x * 2.0 ** shift
+    sx, sy = quant.per_token_head_scale(x, fmt), quant.per_token_head_scale(y, fmt)
+    assume(float(sx) > 1e-6 * 2 ** max(0, -shift) and float(sy) > 1e-6 * 2 ** max(0, shift))
+    assert torch.equal(sy, sx * 2.0 ** shift)
+    assert torch.equal(_bits(quant.quantize_per_token_head(x, sx, fmt)), _bits(quant.quantize_per_token_head(y, sy, fmt)))
+
+
+@given(st.sampled_from(TOKEN_HEAD), st.lists(st.floats(-1e3, 1e3, width=32), min_size=1, max_size=16))
+def test_per_token_head_round_trip_keeps_the_extreme_and_is_within_half_a_quantum(fmt, xs):
+    x = torch.tensor(xs, dtype=torch.float32).reshape(1, 1, -1)
+    scale = quant.per_token_head_scale(x, fmt)
+    y = quant.dequantize(quant.quantize_per_token_head(x, scale, fmt), scale[..., None])[0, 0]
+    top = quant.TOKEN_HEAD_MAX[fmt]
+    amax = float(x.abs().max())
+    if amax / top > quant.TOKEN_HEAD_MIN_SCALE:
+        i = int(x.abs().argmax())
+        assert abs(abs(float(y[i])) - amax) <= 1e-5 * amax  # the largest element maps to QMAX
+    s = float(scale)
+    for a, b in zip(x.flatten().tolist(), y.tolist()):
+        v = abs(a) / s
+        if fmt == r.KVCacheDType.INT8_PER_TOKEN_HEAD:
+            quantum = s
+        else:
+            quantum = s * 2.0 ** (max(math.floor(math.log2(v)) if v > 0 else -6, -6) - 3)
+        assert abs(a - b) <= quantum / 2 + 1e-6 * s
+
+
+def test_per_token_head_int8_rounds_half_away_from_zero():
+    """vLLM's writer adds +-0.5 before its truncating int8 store: 2.5 -> 3, -2.5 -> -3 (not 2, -2)."""
+    x = torch.tensor([[[2.5, -2.5, 127.0]]])
+    stored = quant.quantize_per_token_head(x, torch.tensor([[1.0]]), r.KVCacheDType.INT8_PER_TOKEN_HEAD)
+    assert stored.flatten().tolist() == [3, -3, 127]
 
 
 def test_fp8_saturates_where_torch_cpu_cast_would_overflow():
