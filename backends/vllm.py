@@ -145,7 +145,10 @@ class TritonUnified(VllmBackend):
         # The kernel's bias is slope * (k - context_len): signed ALiBi up to a constant per row.
         alibi_conventions=frozenset({AlibiConvention.SIGNED, AlibiConvention.SQRT}),
         kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 32, 64, 128),
-        kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}), lse_base=None,
+        # int8 / fp8 per token-head: vLLM 0.26's KVQuantMode with k_scale_cache / v_scale_cache
+        # [num_blocks, block_size, H_kv] (its docstring); int4 needs a Hadamard rotation the oracle lacks.
+        kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.INT8_PER_TOKEN_HEAD,
+                                   KVCacheDType.FP8_PER_TOKEN_HEAD}), lse_base=None,
         requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
         causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
         encodings=(("path", ("2d", "3d")),))
@@ -177,6 +180,12 @@ class TritonUnified(VllmBackend):
         if case.kv_cache_dtype.is_fp8:  # per-tensor scales: the kernel loads one element
             kw.update({name: t.reshape(-1)[:1] for name, t in _descales(inputs, (1,)).items()})
             kw.update(q_descale=None, kv_quant_mode=KVQuantMode.FP8_PER_TENSOR)
+        elif case.kv_cache_dtype.is_per_token_head:
+            cache = inputs.cache
+            kw.update(q_descale=None, k_descale=None, v_descale=None, k_scale_cache=cache.k_token_scales.to(dev),
+                      v_scale_cache=cache.v_token_scales.to(dev),
+                      kv_quant_mode=(KVQuantMode.INT8_PER_TOKEN_HEAD if case.kv_cache_dtype == KVCacheDType.INT8_PER_TOKEN_HEAD
+                                     else KVQuantMode.FP8_PER_TOKEN_HEAD))
         else:
             kw.update(q_descale=None, k_descale=None, v_descale=None)
         if case.encoding("path", "2d") == "3d":  # split-KV buffers: taken when every sequence decodes one token

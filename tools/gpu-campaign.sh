@@ -53,7 +53,13 @@ for g in $PARTS; do
       LIMITS='{"attn_types": ["kernel"]}' run "${PYTHONPATH:-}" "${TIME_KERNEL:-200}" \
         $(avail "${PYTHONPATH:-}" '(^torch-sdpa-.*cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^flex-cuda$|^flex-flash-cuda$|^fa4-varlen$)') ;;
     vllm)  # vLLM's own kernels (tools/stage-vllm.sh first)
-      run "${PYTHONPATH:-}" "${TIME_VLLM:-240}" $(avail "${PYTHONPATH:-}" '^vllm-') ;;
+      run "${PYTHONPATH:-}" "${TIME_VLLM:-240}" $(avail "${PYTHONPATH:-}" '^vllm-' | grep -v '^vllm-backend-') ;;
+    vllmnew)  # session 5: chunked_prefill_paged_decode, the per-token-head writer, unified attention over those caches
+      run "${PYTHONPATH:-}" "${TIME_VLLMNEW:-120}" $(avail "${PYTHONPATH:-}" '^vllm-(chunked-paged-decode|pth-writes-cache)$')
+      LIMITS='{"kv_cache_dtypes": ["int8_per_token_head", "fp8_per_token_head"]}' \
+        run "${PYTHONPATH:-}" "${TIME_VLLMPTH:-90}" $(avail "${PYTHONPATH:-}" '^vllm-triton-unified$') ;;
+    vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
+      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-') ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
       cuda=$(avail "${PYTHONPATH:-}" "${PROBE_RE:-(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-|^flashinfer-|^vllm-)}")
       xf=$(avail /tmp/site-xf '^xformers-')  # (an empty list would mean "every available backend")
@@ -77,6 +83,8 @@ for g in $PARTS; do
         PYTHONPATH=$BASE:$path timeout 300 python3 -m cli replay "$f" --sanitize memcheck >> "$OUT/sanitize.txt" 2>&1
       done ;;
   esac
+  # pack after every part: a call cut by its time limit still brings back what the parts before it found
+  tar czf "$OUT/gpu-results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")" 2>/dev/null
 done
 PYTHONPATH=$BASE python3 -m cli report "$RES" >> "$OUT/campaign.log" 2>&1
 PYTHONPATH=$BASE python3 benchmarks/throughput.py "$RES" > "$OUT/throughput.md" 2>&1

@@ -10,3 +10,9 @@ mkdir -p /tmp/vllm /tmp/site
 cat "$src"/vllm.tar.xz.part.* | tar xJf - -C /tmp/vllm
 echo 'export PYTHONPATH=/tmp/vllm${PYTHONPATH:+:$PYTHONPATH}' >> /tmp/site/env.sh
 echo "vllm unpacked into /tmp/vllm ($(du -sh /tmp/vllm | cut -f1))"
+# vLLM's backends driven whole (backends/vllm_layers.py) need its config code's packages: into /tmp/vdeps,
+# put on PYTHONPATH only for those backends (tools/gpu-campaign.sh part vllmwhole).
+if ls /tmp/attnref-vdeps/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/vdeps /tmp/attnref-vdeps/*.whl
+  echo "vLLM config packages installed into /tmp/vdeps ($(ls /tmp/attnref-vdeps | wc -l) wheels)"
+fi

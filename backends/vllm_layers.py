@@ -1,0 +1,221 @@
+"""vLLM's attention backends driven whole, as vLLM's model runner drives them (vllm 0.26.0).
+
+| backend | vLLM class | what runs |
+|---|---|---|
+| `vllm-backend-triton` | `v1/attention/backends/triton_attn.TritonAttentionBackend` | its metadata builder, `do_kv_cache_update` (Triton writer, per-token-head quantizer), `forward` (unified_attention) |
+| `vllm-backend-flash` | `v1/attention/backends/flash_attn.FlashAttentionBackend` | its metadata builder (FA3 ahead-of-time scheduler metadata, cascade), `do_kv_cache_update` (CUDA writer), `forward` (FA3) |
+
+Per case: a `VllmConfig` from a directory holding only a tiny llama `config.json` with the case's head
+counts (nothing downloaded); an `AttentionImpl` built under that config on the GPU (as model loading
+does); an Attention layer object carrying the impl and its k/v/q scales, registered in the config's
+static forward context (the builders read head counts and windows from there); a KV cache of the
+backend's own `get_kv_cache_shape` in its `get_kv_cache_stride_order` (K and V packed in the last
+dimension; NHD or HND drawn as an encoding); the cached context and then the new tokens (padding
+slots -1 included) written by the impl's own `do_kv_cache_update`; `CommonAttentionMetadata` from the
+case, the builder's `build`, and `forward`. The oracle reads its own cache; the kernels read vLLM's.
+
+Declarations follow each class's `supported_dtypes`, `supported_kv_cache_dtypes`, block sizes
+(multiples of 16), `supports_sink` / `supports_alibi_sqrt` and the kernels under them: FLASH_ATTN picks
+FA2 for ALiBi (not staged here) and takes sinks as FA3's bf16 `s_aux`. Needs vLLM's config code
+(transformers and friends: `tools/stage-vllm.sh` with `.whl/vdeps`).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import tempfile
+from dataclasses import replace
+from functools import lru_cache
+
+import torch
+
+from reference.case import AlibiConvention, AttentionType, BlockTableKind, CausalAlignment, DType, KVCacheDType, KVLayout
+from reference.inputs import Inputs
+
+from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
+
+F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
+LAYER = "model.layers.0.self_attn.attn"
+KV_DTYPE_STRINGS = {KVCacheDType.AUTO: "auto", KVCacheDType.FP8_E4M3: "fp8_e4m3",
+                    KVCacheDType.INT8_PER_TOKEN_HEAD: "int8_per_token_head",
+                    KVCacheDType.FP8_PER_TOKEN_HEAD: "fp8_per_token_head"}
+
+
+@lru_cache(maxsize=64)
+def _config(num_heads: int, num_kv_heads: int, head_size: int, dtype: str, block_size: int, kv_dtype: str):
+    """A VllmConfig for a one-layer llama with the case's heads (built once per shape and process)."""
+    from vllm.config import CacheConfig, ModelConfig, VllmConfig
+
+    folder = tempfile.mkdtemp(prefix="attnref-vllm-model-")
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1,
+                   "hidden_size": num_heads * head_size, "head_dim": head_size, "num_attention_heads": num_heads,
+                   "num_key_value_heads": num_kv_heads, "intermediate_size": 64, "vocab_size": 256,
+                   "max_position_embeddings": 1 << 17, "torch_dtype": dtype}, f)
+    model = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype, max_model_len=1 << 17)
+    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=block_size, cache_dtype=kv_dtype))
+
+
+def _layer(impl, k_scale: float, v_scale: float, dev):
+    """The Attention layer as forward and the builders see it: the impl and its scales (model loading
+    would make it; only these attributes are read)."""
+    from vllm.model_executor.layers.attention.attention import Attention
+
+    layer = Attention.__new__(Attention)
+    torch.nn.Module.__init__(layer)
+    layer.impl = impl
+    for name, value in (("_k_scale", k_scale), ("_v_scale", v_scale), ("_q_scale", 1.0)):
+        setattr(layer, name, torch.tensor([value], dtype=torch.float32, device=dev))
+        setattr(layer, name + "_float", value)
+    layer.layer_name = LAYER
+    return layer
+
+
+def _cache_slots(inputs: Inputs, i: int, positions: torch.Tensor) -> torch.Tensor:
+    bs = inputs.case.cache.block_size
+    table = inputs.block_table[i].to(torch.int64).cpu()
+    return table[positions // bs] * bs + positions % bs
+
+
+class LayerBackend(Backend):
+    """One vLLM AttentionBackend class, driven through builder + impl."""
+
+    library = "vllm"
+
+    def __init__(self, name: str, module: str, cls: str, caps: Capabilities, description: str) -> None:
+        self.name, self.module, self.cls, self.caps, self.description = name, module, cls, caps, description
+
+    def availability(self) -> str | None:
+        if importlib.util.find_spec("transformers") is None and importlib.util.find_spec("vllm") is not None:
+            return "vLLM's config code needs transformers (stage .whl/vdeps: tools/stage-vllm.sh)"
+        return cuda_library_reason(self.module, "vllm")
+
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        if case.window is not None:
+            reasons.append("a kernel-level window: a layer takes vLLM's sliding_window only")
+        return reasons
+
+    def _impl(self, backend_cls, case, inputs: Inputs):
+        kw = dict(num_heads=case.num_heads, head_size=case.head_size, scale=case.softmax_scale,
+                  num_kv_heads=case.num_kv_heads,
+                  alibi_slopes=None if inputs.alibi_slopes is None else [float(x) for x in inputs.alibi_slopes],
+                  sliding_window=case.sliding_window, kv_cache_dtype=KV_DTYPE_STRINGS[case.kv_cache_dtype],
+                  logits_soft_cap=case.soft_cap,
+                  sinks=None if inputs.sinks is None else inputs.sinks.to(inputs.device, case.dtype.torch))
+        if case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT:
+            kw["use_alibi_sqrt"] = True
+        with torch.device(inputs.device):  # model loading builds layers under the GPU as default device
+            return backend_cls.get_impl_cls()(**kw)
+
+    def run(self, inputs: Inputs) -> Actual:
+        import importlib
+
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.attention.backend import CommonAttentionMetadata
+        from vllm.v1.attention.backends.utils import set_kv_cache_layout
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
+        from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+
+        case = inputs.case
+        dev = inputs.device
+        kvd = KV_DTYPE_STRINGS[case.kv_cache_dtype]
+        bs = case.cache.block_size
+        backend_cls = getattr(importlib.import_module(self.module), self.cls)
+        cfg = _config(case.num_heads, case.num_kv_heads, case.head_size, case.dtype.value, bs, kvd)
+        set_kv_cache_layout(case.encoding("cache_layout", "NHD"))
+        with set_current_vllm_config(cfg):
+            impl = self._impl(backend_cls, case, inputs)
+            k_scale, v_scale = float(inputs.cache.k_scale[0]), float(inputs.cache.v_scale[0])
+            layer = _layer(impl, k_scale, v_scale, dev)
+            cfg.compilation_config.static_forward_context[LAYER] = layer
+            num_blocks = inputs.cache.paged.num_blocks
+            shape = backend_cls.get_kv_cache_shape(num_blocks, bs, case.num_kv_heads, case.head_size, kvd)
+            order = backend_cls.get_kv_cache_stride_order()
+            storage_dtype = case.dtype.torch if kvd == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kvd]
+            # Unwritten slots hold NaN where the storage has one (a read past seq_len shows), else zero.
+            canary = float("nan") if storage_dtype.is_floating_point and storage_dtype.itemsize > 1 else 0
+            physical = torch.full([shape[i] for i in order], canary, dtype=storage_dtype, device=dev)
+            kv_cache = physical.permute(*[order.index(i) for i in range(len(order))])
+            self._write_context(impl, layer, kv_cache, inputs)
+            impl.do_kv_cache_update(layer, inputs.key, inputs.value, kv_cache, inputs.slot_mapping.to(dev))
+            spec = FullAttentionSpec(block_size=bs, num_kv_heads=case.num_kv_heads, head_size=case.head_size,
+                                     dtype=storage_dtype if kvd != "auto" else case.dtype.torch,
+                                     kv_quant_mode=get_kv_quant_mode(kvd), sliding_window=case.sliding_window)
+            builder = backend_cls.get_builder_cls()(spec, [LAYER], cfg, dev)
+            qsl = inputs.query_start_loc.to(torch.int32)
+            seq_lens = inputs.seq_lens.to(torch.int32)
+            common = CommonAttentionMetadata(
+                query_start_loc=qsl.to(dev), query_start_loc_cpu=qsl.cpu(), seq_lens=seq_lens.to(dev),
+                num_reqs=len(case.sequences), num_actual_tokens=case.num_tokens,
+                max_query_len=max(case.max_query_len, 1), max_seq_len=max(case.max_kv_len, 1),
+                block_table_tensor=inputs.block_table.to(dev, torch.int32),
+                slot_mapping=inputs.slot_mapping[: case.num_tokens].to(dev), causal=True,
+                seq_lens_cpu_upper_bound=seq_lens.cpu(), _seq_lens_cpu=seq_lens.cpu(),
+                _num_computed_tokens_cpu=inputs.context_lens.to(torch.int32).cpu(),
+                is_prefilling=torch.tensor([s.query_len > 1 for s in case.sequences], device=dev))
+            prefix = self._common_prefix_len(case)
+            metadata = builder.build(common_prefix_len=prefix, common_attn_metadata=common)
+            buffer = poisoned_output(inputs)
+            impl.forward(layer, inputs.query, inputs.key[: case.num_tokens], inputs.value[: case.num_tokens],
+                         kv_cache, metadata, output=buffer)
+        notes = {"cascade_prefix": prefix} if prefix else {}
+        return Actual(output=buffer[: case.num_tokens], output_buffer=buffer, buffer_rows=case.num_tokens, notes=notes)
+
+    def _write_context(self, impl, layer, kv_cache, inputs: Inputs) -> None:
+        """The cached context, stored by the backend's own writer (vLLM stored it in earlier steps)."""
+        case = inputs.case
+        keys, values, slots = [], [], []
+        for i, s in enumerate(case.sequences):
+            if s.context_len:
+                pos = torch.arange(s.context_len)
+                keys.append(inputs.keys[i][: s.context_len])
+                values.append(inputs.values[i][: s.context_len])
+                slots.append(_cache_slots(inputs, i, pos))
+        if keys:
+            dev = inputs.device
+            impl.do_kv_cache_update(layer, torch.cat(keys).to(dev), torch.cat(values).to(dev), kv_cache,
+                                    torch.cat(slots).to(dev))
+
+    def _common_prefix_len(self, case) -> int:
+        """Cascade attention (FLASH_ATTN) over a shared prefix of whole blocks, when drawn."""
+        if case.encoding("cascade", "off") != "on" or case.cache.table != BlockTableKind.SHARED_PREFIX:
+            return 0
+        return case.cache.prefix_blocks * case.cache.block_size
+
+
+_BASE = Capabilities(
+    devices=frozenset({"cuda"}), dtypes=F16, head_sizes=(64, 128), attn_types=frozenset({AttentionType.DECODER}),
+    features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT}),
+    kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 32, 64),
+    kv_cache_dtypes=frozenset({KVCacheDType.AUTO}), lse_base=None, requires_cache=True, reads_paged_cache=True,
+    writes_output_buffer=True, causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
+    encodings=(("cache_layout", ("NHD", "HND")),))
+
+
+def vllm_layer_backends() -> list[Backend]:
+    triton = replace(
+        _BASE, head_sizes=(32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 256),
+        features=_BASE.features | {Feature.ALIBI},
+        alibi_conventions=frozenset({AlibiConvention.SIGNED, AlibiConvention.SQRT}),
+        kv_cache_dtypes=frozenset(KV_DTYPE_STRINGS))
+    flash = replace(_BASE, head_sizes=(64, 96, 128, 192, 256),
+                    block_tables=frozenset(BlockTableKind),
+                    encodings=_BASE.encodings + (("cascade", ("off", "on")),))
+    return [
+        LayerBackend("vllm-backend-triton", "vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend", triton,
+                     "vLLM TRITON_ATTN whole: metadata builder, do_kv_cache_update, forward"),
+        _FlashLayer("vllm-backend-flash", "vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend", flash,
+                    "vLLM FLASH_ATTN whole (FA3): metadata builder with AOT scheduling and cascade, do_kv_cache_update, forward"),
+    ]
+
+
+class _FlashLayer(LayerBackend):
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        if case.sinks is not None and case.dtype != DType.BFLOAT16:
+            reasons.append("sinks with dtype != bfloat16: FA3's s_aux takes bf16 sinks")
+        if case.encoding("cascade", "off") == "on" and case.sliding_window is not None:
+            reasons.append("cascade with a sliding window: vLLM's use_cascade_attention never picks it")
+        return reasons
