@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from reference.case import AttentionType, KVCacheDType
 
-from .base import Actual, Backend, poisoned_output
+from .base import Actual, Backend, Feature, poisoned_output
 from .vllm import PrefixPrefill, TritonUnified
 
 
@@ -59,6 +59,7 @@ class PerTokenHeadWriter(TritonUnified):
     module = "vllm.v1.attention.ops.triton_reshape_and_cache_flash"
     description = "vLLM's per-token-head quantizing cache writer, then unified attention; cache compared bit for bit"
     caps = replace(TritonUnified.caps, writes_cache=True, attn_types=frozenset({AttentionType.DECODER}),
+                   features=TritonUnified.caps.features - {Feature.MORE_QUERIES_THAN_KEYS, Feature.PAGED_KERNEL},
                    kv_cache_dtypes=frozenset({KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD}))
 
     def run(self, inputs: Inputs) -> Actual:

@@ -66,11 +66,14 @@ def case_payload(backend: str, row: dict, evaluation: Evaluation | None) -> tupl
     tensors = None
     if evaluation is not None and evaluation.expected is not None:
         a = evaluation.actual
-        tensors = tensors_b64({
-            "expected_output": evaluation.expected.output.cpu(), "expected_lse": evaluation.expected.lse.cpu(),
-            "actual_output": a.output.detach().cpu() if a is not None else None,
-            "actual_lse": a.lse.detach().cpu() if a is not None and a.lse is not None else None,
-            "query_start_loc": evaluation.inputs.query_start_loc.cpu()})
+        try:
+            tensors = tensors_b64({
+                "expected_output": evaluation.expected.output.cpu(), "expected_lse": evaluation.expected.lse.cpu(),
+                "actual_output": a.output.detach().cpu() if a is not None else None,
+                "actual_lse": a.lse.detach().cpu() if a is not None and a.lse is not None else None,
+                "query_start_loc": evaluation.inputs.query_start_loc.cpu()})
+        except RuntimeError as e:  # a sticky device error (found on an H100 with FA4): the case is saved without tensors
+            payload["tensors_lost"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return f"{backend}-{digest}", payload, tensors
 
 
@@ -250,7 +253,8 @@ class Worker:
                                f"drawn again (flaky kernel, or a harness change)"})
             return
         row, evaluation = state["best"]
-        stem, payload, tensors = case_payload(task.backend, row, evaluation)
+        # after a sticky error the best case's tensors live on a dead device: save the case alone
+        stem, payload, tensors = case_payload(task.backend, row, None if state.get("sticky") else evaluation)
         minimal = dict(row, phase="minimal", t=time.time(), shrink_evaluations=state["evals"], bucket_symptom=target[1:],
                        example_id=f"{task.backend}/{task.shard}/{task.target}")
         self.send({"type": "minimal", "row": minimal, "stem": stem, "payload": payload, "tensors": tensors,
