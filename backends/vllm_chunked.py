@@ -12,13 +12,10 @@ reason given on vllm-prefix-prefill.
 """
 from __future__ import annotations
 
-import torch
-
-from reference.inputs import Inputs
-
 from dataclasses import replace
 
 from reference.case import AttentionType, KVCacheDType
+from reference.inputs import Inputs
 
 from .base import Actual, Backend, Feature, poisoned_output
 from .vllm import PrefixPrefill, TritonUnified
