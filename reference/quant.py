@@ -55,7 +55,8 @@ TOKEN_HEAD_MIN_SCALE = 1e-6  # the writer's floor: an all-zero (token, head) kee
 def per_token_head_scale(x: Tensor, fmt: KVCacheDType) -> Tensor:
     """Dynamic scale [..., heads] = max(amax over the last dim / QMAX, 1e-6), float32."""
     amax = x.abs().to(torch.float32).amax(dim=-1)
-    return torch.clamp(amax / TOKEN_HEAD_MAX[fmt], min=TOKEN_HEAD_MIN_SCALE)
+    # tensor / tensor: correctly rounded on every device (CUDA divides by a Python scalar via its reciprocal)
+    return torch.clamp(amax / torch.full_like(amax, TOKEN_HEAD_MAX[fmt]), min=TOKEN_HEAD_MIN_SCALE)
 
 
 def quantize_per_token_head(x: Tensor, scale: Tensor, fmt: KVCacheDType) -> Tensor:
