@@ -45,6 +45,13 @@ def _descales(inputs: Inputs, shape: tuple[int, ...]) -> dict:
     return dict(q_descale=one, k_descale=(one * c.k_scale.to(dev)[0]), v_descale=(one * c.v_scale.to(dev)[0]))
 
 
+def per_token_head_mode(case):
+    """vLLM's KVQuantMode for a per-token-head case (its `get_kv_quant_mode` of the same string)."""
+    from vllm.v1.kv_cache_interface import get_kv_quant_mode
+
+    return get_kv_quant_mode(case.kv_cache_dtype.value)
+
+
 def _flash_window(case) -> list[int]:
     """flash-attn's [left, right], -1 unbounded; a causal call's right side is 0."""
     left, right = case.window_bounds
@@ -183,9 +190,7 @@ class TritonUnified(VllmBackend):
         elif case.kv_cache_dtype.is_per_token_head:
             cache = inputs.cache
             kw.update(q_descale=None, k_descale=None, v_descale=None, k_scale_cache=cache.k_token_scales.to(dev),
-                      v_scale_cache=cache.v_token_scales.to(dev),
-                      kv_quant_mode=(KVQuantMode.INT8_PER_TOKEN_HEAD if case.kv_cache_dtype == KVCacheDType.INT8_PER_TOKEN_HEAD
-                                     else KVQuantMode.FP8_PER_TOKEN_HEAD))
+                      v_scale_cache=cache.v_token_scales.to(dev), kv_quant_mode=per_token_head_mode(case))
         else:
             kw.update(q_descale=None, k_descale=None, v_descale=None)
         if case.encoding("path", "2d") == "3d":  # split-KV buffers: taken when every sequence decodes one token

@@ -18,7 +18,7 @@ from reference.case import AttentionType, KVCacheDType
 from reference.inputs import Inputs
 
 from .base import Actual, Backend, Feature, poisoned_output
-from .vllm import PrefixPrefill, TritonUnified
+from .vllm import PrefixPrefill, TritonUnified, per_token_head_mode
 
 
 class ChunkedPagedDecode(PrefixPrefill):
@@ -62,15 +62,11 @@ class PerTokenHeadWriter(TritonUnified):
     def run(self, inputs: Inputs) -> Actual:
         from vllm.v1.attention.ops.triton_reshape_and_cache_flash import (
             triton_reshape_and_cache_flash_per_token_head_quant)
-        from vllm.v1.kv_cache_interface import KVQuantMode
 
-        dev = inputs.device
         cache = inputs.cache_before_write.clone()
-        mode = (KVQuantMode.INT8_PER_TOKEN_HEAD if inputs.case.kv_cache_dtype == KVCacheDType.INT8_PER_TOKEN_HEAD
-                else KVQuantMode.FP8_PER_TOKEN_HEAD)
         triton_reshape_and_cache_flash_per_token_head_quant(
             inputs.key, inputs.value, cache.paged.key_view(), cache.paged.value_view(), cache.k_token_scales,
-            cache.v_token_scales, inputs.slot_mapping.to(dev), kv_quant_mode=mode)
+            cache.v_token_scales, inputs.slot_mapping.to(inputs.device), kv_quant_mode=per_token_head_mode(inputs.case))
         actual = super().run(replace(inputs, cache=cache))  # attention over vLLM's own writes
         return replace(actual, written_cache=cache)
 

@@ -31,7 +31,7 @@ from functools import lru_cache
 import torch
 
 from reference.case import AlibiConvention, AttentionType, BlockTableKind, CausalAlignment, DType, KVCacheDType, KVLayout
-from reference.inputs import Inputs
+from reference.inputs import Inputs, slots_for
 
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
@@ -70,12 +70,6 @@ def _layer(impl, k_scale: float, v_scale: float, dev):
         setattr(layer, name + "_float", value)
     layer.layer_name = LAYER
     return layer
-
-
-def _cache_slots(inputs: Inputs, i: int, positions: torch.Tensor) -> torch.Tensor:
-    bs = inputs.case.cache.block_size
-    table = inputs.block_table[i].to(torch.int64).cpu()
-    return table[positions // bs] * bs + positions % bs
 
 
 class LayerBackend(Backend):
@@ -172,7 +166,7 @@ class LayerBackend(Backend):
                 pos = torch.arange(s.context_len)
                 keys.append(inputs.keys[i][: s.context_len])
                 values.append(inputs.values[i][: s.context_len])
-                slots.append(_cache_slots(inputs, i, pos))
+                slots.append(slots_for(inputs.block_table[i].cpu(), pos, case.cache.block_size))
         if keys:
             dev = inputs.device
             impl.do_kv_cache_update(layer, torch.cat(keys).to(dev), torch.cat(values).to(dev), kv_cache,

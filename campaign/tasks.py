@@ -78,9 +78,11 @@ class WorkerConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkerConfig":
-        return cls(seed=d.get("seed", 0), limits=d.get("limits") or {}, specs=tuple(d.get("specs") or ()), threads=d.get("threads", 1),
-                   oracle_cpu_max=d.get("oracle_cpu_max", 1 << 16), shrink_seconds=d.get("shrink_seconds", 20.0),
-                   shrink_examples=d.get("shrink_examples", 300))
+        default = cls()  # a missing field keeps the dataclass default, written once above
+        return cls(seed=d.get("seed", default.seed), limits=d.get("limits") or {}, specs=tuple(d.get("specs") or ()),
+                   threads=d.get("threads", default.threads), oracle_cpu_max=d.get("oracle_cpu_max", default.oracle_cpu_max),
+                   shrink_seconds=d.get("shrink_seconds", default.shrink_seconds),
+                   shrink_examples=d.get("shrink_examples", default.shrink_examples))
 
 
 def cores() -> int:

@@ -181,10 +181,8 @@ def judge_cache_write(expected_cache, written) -> list[Symptom]:
     untouched slots included) and the scale caches must be equal."""
     out = []
     pairs = list(zip(expected_cache.paged.tensors, written.paged.tensors))
-    for name in ("k_scale_cache", "k_token_scales", "v_token_scales"):
-        a, b = getattr(expected_cache, name, None), getattr(written, name, None)
-        if a is not None and b is not None:
-            pairs.append((a, b))
+    written_scales = written.scale_caches
+    pairs += [(want, written_scales[name]) for name, want in expected_cache.scale_caches.items() if name in written_scales]
     differ, first = 0, None
     for want, got in pairs:
         w = want.detach().cpu().contiguous().view(torch.uint8)

@@ -33,6 +33,12 @@ class KVCache:
         return KVCache(self.paged.clone(), self.kv_cache_dtype, self.k_scale, self.v_scale, _clone(self.k_scale_cache),
                        self.v_channel_scale, _clone(self.k_token_scales), _clone(self.v_token_scales))
 
+    @property
+    def scale_caches(self) -> dict[str, Tensor]:
+        """The per-token scale caches this cache keeps (indexed by block first, written with the tokens)."""
+        names = ("k_scale_cache", "k_token_scales", "v_token_scales")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
 
 def _clone(t: Tensor | None) -> Tensor | None:
     return None if t is None else t.clone()
@@ -280,17 +286,14 @@ def write_kv(cache: KVCache, key: Tensor, value: Tensor, slot_mapping: Tensor) -
         k = quant.quantize_int8(key, token_scale[..., None])
         v = quant.quantize_int8(value, cache.v_channel_scale) if kvd == KVCacheDType.INT8_KV else value
         keep = slot_mapping >= 0
-        slots = slot_mapping[keep]
-        bs = cache.paged.block_size
-        cache.k_scale_cache.permute(0, 2, 1)[slots // bs, slots % bs] = token_scale[keep].to(cache.k_scale_cache.dtype)
+        at = _block_offset(slot_mapping[keep], cache.paged.block_size)
+        cache.k_scale_cache.permute(0, 2, 1)[at] = token_scale[keep].to(cache.k_scale_cache.dtype)
     elif kvd.is_per_token_head:
         k_scales, v_scales = quant.per_token_head_scale(key, kvd), quant.per_token_head_scale(value, kvd)  # [N, H_kv]
         k, v = quant.quantize_per_token_head(key, k_scales, kvd), quant.quantize_per_token_head(value, v_scales, kvd)
         keep = slot_mapping >= 0
-        slots = slot_mapping[keep]
-        bs = cache.paged.block_size
-        cache.k_token_scales[slots // bs, slots % bs] = k_scales[keep]
-        cache.v_token_scales[slots // bs, slots % bs] = v_scales[keep]
+        at = _block_offset(slot_mapping[keep], cache.paged.block_size)
+        cache.k_token_scales[at], cache.v_token_scales[at] = k_scales[keep], v_scales[keep]
     else:
         k, v = key, value
     layouts.write(cache.paged, k, v, slot_mapping)
@@ -300,21 +303,23 @@ def read_kv(cache: KVCache, block_table_row: Tensor, length: int, dtype: torch.d
     """Dequantized keys and values [length, H_kv, D] of one sequence, read through its blocks."""
     k, v = layouts.gather(cache.paged, block_table_row, length)
     kvd = cache.kv_cache_dtype
-    if kvd.is_int8:
+    if kvd.is_int8 or kvd.is_per_token_head:
         bs = cache.paged.block_size
-        pos = torch.arange(length, device=block_table_row.device)
-        blocks = block_table_row.to(torch.int64)[pos // bs]
-        token_scale = cache.k_scale_cache.permute(0, 2, 1)[blocks, pos % bs]  # [length, H_kv]
+        at = _block_offset(slots_for(block_table_row, torch.arange(length, device=block_table_row.device), bs), bs)
+    if kvd.is_int8:
+        token_scale = cache.k_scale_cache.permute(0, 2, 1)[at]  # [length, H_kv]
         k = quant.dequantize(k, token_scale[..., None], dtype)
         v = quant.dequantize(v, cache.v_channel_scale, dtype) if kvd == KVCacheDType.INT8_KV else v.to(dtype)
         return k, v
     if kvd.is_per_token_head:
-        bs = cache.paged.block_size
-        pos = torch.arange(length, device=block_table_row.device)
-        blocks, offsets = block_table_row.to(torch.int64)[pos // bs], pos % bs
-        k_scales, v_scales = cache.k_token_scales[blocks, offsets], cache.v_token_scales[blocks, offsets]  # [length, H_kv]
+        k_scales, v_scales = cache.k_token_scales[at], cache.v_token_scales[at]  # [length, H_kv]
         return quant.dequantize(k, k_scales[..., None], dtype), quant.dequantize(v, v_scales[..., None], dtype)
     return quant.dequantize(k, _per_head(cache.k_scale), dtype), quant.dequantize(v, _per_head(cache.v_scale), dtype)
+
+
+def _block_offset(slots: Tensor, block_size: int) -> tuple[Tensor, Tensor]:
+    """(block, offset) of each slot: where a per-token scale cache keeps that token's scale."""
+    return slots // block_size, slots % block_size
 
 
 def _per_head(scale: Tensor) -> Tensor:

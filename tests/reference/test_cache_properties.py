@@ -103,9 +103,8 @@ def test_permuting_physical_blocks_with_the_table_changes_nothing(case, rnd):
     for src, dst in ((inputs.cache.paged.key_view(), moved.paged.key_view()),
                      (inputs.cache.paged.value_view(), moved.paged.value_view())):
         dst.copy_(src[old_of_new])
-    for name in ("k_scale_cache", "k_token_scales", "v_token_scales"):  # scale caches are indexed by block too
-        if getattr(moved, name) is not None:
-            getattr(moved, name).copy_(getattr(inputs.cache, name)[old_of_new])
+    for name, scales in moved.scale_caches.items():  # scale caches are indexed by block too
+        scales.copy_(getattr(inputs.cache, name)[old_of_new])
     shuffled = dataclasses.replace(inputs, cache=moved, block_table=new_of_old[inputs.block_table.long()].to(torch.int32))
     a, b = r.attention(inputs), r.attention(shuffled)
     assert torch.equal(a.output, b.output) and torch.equal(a.lse, b.lse)
