@@ -16,6 +16,7 @@ from torch import Tensor
 from reference.case import (AlibiConvention, AttentionType, BlockTableKind, Case, CausalAlignment,
                             DType, KVCacheDType, KVLayout, ScaleGranularity)
 from reference.inputs import Inputs
+from reference.scores import standard_alibi_slopes
 
 
 class LseBase(Enum):
@@ -42,9 +43,19 @@ class Feature(Enum):
     MORE_QUERIES_THAN_KEYS = "more_queries_than_keys"  # kernel cases: rows before the first key see nothing
     LAYERED_CACHE = "layered_cache"  # the cache tensor is one layer of a [L, ...] tensor (strided memory)
     PAGED_KERNEL = "paged_kernel"  # kernel cases (raw API: any causal flag / window pair / q > k) through a page table
+    # vLLM 0.26's unified-attention mask rules (Case.bidirectional_ranges, global_prefix, chunk_lookback, qq_bias)
+    PREFIX_LM = "prefix_lm"
+    GLOBAL_PREFIX = "global_prefix"
+    CHUNK_LOOKBACK = "chunk_lookback"
+    QQ_BIAS = "qq_bias"
 
 
 ALL_FEATURES = frozenset(Feature)
+
+
+def _same_slopes(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Equal as float32, the precision slopes reach a kernel in."""
+    return torch.equal(torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32))
 COMMON_HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
 
 
@@ -58,6 +69,7 @@ class Capabilities:
     attn_types: frozenset[AttentionType] = frozenset({AttentionType.DECODER})
     features: frozenset[Feature] = frozenset()
     alibi_conventions: frozenset[AlibiConvention] = frozenset({AlibiConvention.SIGNED, AlibiConvention.SYMMETRIC})
+    alibi_standard_slopes: bool = False  # the kernel computes its own slopes from the head count (no slopes argument)
     kv_layouts: frozenset[KVLayout] = frozenset()
     kv_cache_dtypes: frozenset[KVCacheDType] = frozenset({KVCacheDType.AUTO})
     scale_granularities: frozenset[ScaleGranularity] = frozenset({ScaleGranularity.PER_TENSOR})
@@ -110,6 +122,10 @@ class Capabilities:
         if case.alibi is not None and case.alibi.convention not in self.alibi_conventions:
             out.append(f"alibi.convention={case.alibi.convention.value} (declared: "
                        f"{sorted(c.value for c in self.alibi_conventions)})")
+        if (self.alibi_standard_slopes and case.alibi is not None
+                and not _same_slopes(case.alibi.slopes, standard_alibi_slopes(case.num_heads))):
+            out.append("alibi.slopes: this kernel computes the standard slopes of its head count itself "
+                       "(reference.scores.standard_alibi_slopes) and takes no others")
         if self.head_size_pairs is not None and (case.head_size, case.value_size) not in self.head_size_pairs:
             out.append(f"(head_size, value_size)=({case.head_size}, {case.value_size}) (declared: "
                        f"{list(self.head_size_pairs)})")

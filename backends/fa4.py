@@ -8,6 +8,11 @@ Windows are flash-attn's (left, right) with None unbounded; sinks are `learnable
 `softcap`. ALiBi needs a CuTe score_mod and chunked local a mask_mod: not declared. FA4 documents
 that a page loaded by TMA is read whole, so a partially used last page must hold finite values:
 `fa4-paged` declares finite canaries only.
+
+Declared from `flash_attn.cute.flash_attn_varlen_func`'s signature and docstring (flash-attn-4 4.0.0b36:
+cu_seqlens_q / cu_seqlens_k, seqused_k, page_table, causal, window_size (left, right), softcap,
+learnable_sink, return_lse, head dims up to 256 with head_dim_v allowed to differ); narrowed by fuzzing:
+the paged path's head dims (multiples of 16 without TMA pages).
 """
 from __future__ import annotations
 

@@ -6,6 +6,14 @@ becomes FlashInfer's indptr / indices / last_page_len. Windows go in as window_l
 as logits_soft_cap, sinks as `sinks`, fp8 caches with per-tensor k_scale / v_scale. Its LSE is
 base 2 (converted here). Every variant is JIT-compiled on first use: the first call's time is
 recorded as `first_call_s` apart from the kernel time of later calls.
+
+Declared from FlashInfer's documentation (docs.flashinfer.ai, `flashinfer.decode` / `flashinfer.prefill`
+API pages and the wrappers' `plan` docstrings of flashinfer-python 0.7.2): kv layouts "NHD" / "HND",
+page sizes, `window_left`, `logits_soft_cap`, fp8 k/v with `k_scale` / `v_scale`, `sinks`,
+`pos_encoding_mode` "NONE" / "ROPE_LLAMA" / "ALIBI" (ALIBI: the wrapper computes the slopes itself,
+`flashinfer.utils.get_alibi_slopes(num_qo_heads)`, so only those are declared; RoPE is applied before
+attention in vLLM and is not an attention semantic here), head_dim 64 / 128 / 256 (the constraint its
+attention trace templates state). Narrowed by fuzzing: the CUDA-core decode kernel's GQA group sizes.
 """
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ import time
 
 import torch
 
-from reference.case import AttentionType, BlockTableKind, DType, KVCacheDType, KVLayout
+from reference.case import AlibiConvention, AttentionType, BlockTableKind, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
 from ._convert import first_call_note, lse_natural
@@ -70,18 +78,28 @@ class FlashInfer(Backend):
         self.description = (f"flashinfer.BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores={option == 'tc'})" if decode
                             else f"flashinfer.BatchPrefillWithPagedKVCacheWrapper(backend='{option}')")
         self.caps = Capabilities(
-            devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}), head_sizes=(64, 128),
+            devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}), head_sizes=(64, 128, 256),
             # Found by fuzzing: the CUDA-core decode kernel dispatches these GQA group sizes only
             # ("Unsupported group_size: 7" from plan()).
             head_groups=frozenset({1, 2, 3, 4, 6, 8, 16}) if kind == "decode" and option != "tc" else None,
             attn_types=frozenset({AttentionType.DECODER} if decode else {AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
-            features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT}),
+            features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT,
+                                Feature.ALIBI}),
+            # FlashInfer's bias is slope * (k - q) (signed); equal to symmetric under its causal decoder mask.
+            alibi_conventions=frozenset({AlibiConvention.SIGNED}), alibi_standard_slopes=True,
             kv_layouts=frozenset(LAYOUT), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
             block_sizes=(1, 8, 16, 32, 64), max_query_len=1 if decode else None, lse_base=LseBase.TWO,
             requires_cache=True, reads_paged_cache=True)
 
     def availability(self) -> str | None:
         return cuda_library_reason("flashinfer", "flashinfer-python")
+
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        if case.alibi is not None and case.attn_type != AttentionType.DECODER:
+            reasons.append("ALiBi in cross attention: FlashInfer places queries bottom-right (a per-row offset "
+                           "the oracle's top-left cross-attention positions do not have); decoders only")
+        return reasons
 
     def run(self, inputs: Inputs) -> Actual:
         import flashinfer
@@ -94,15 +112,16 @@ class FlashInfer(Backend):
         kv_dtype = FP8.get(kvd, case.dtype.torch)
         window_left = case.sliding_window - 1 if case.sliding_window is not None else -1
         common = dict(window_left=window_left, logits_soft_cap=case.soft_cap, q_data_type=case.dtype.torch,
-                      kv_data_type=kv_dtype, sm_scale=case.softmax_scale)
+                      kv_data_type=kv_dtype, sm_scale=case.softmax_scale,
+                      pos_encoding_mode="ALIBI" if case.alibi is not None else "NONE")
         key = (self.name, case.dtype, kvd, case.head_size, layout, window_left >= 0, case.soft_cap is not None,
-               case.sinks is not None, case.num_heads // case.num_kv_heads)
+               case.sinks is not None, case.num_heads // case.num_kv_heads, case.alibi is not None)
         t0 = time.perf_counter()  # plan() JIT-compiles a new variant: time it with the first run
         if self.kind == "decode":
             wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(_workspace(dev), layout,
                                                                     use_tensor_cores=self.option == "tc")
             wrapper.plan(indptr, indices, last, case.num_heads, case.num_kv_heads, case.head_size,
-                         case.cache.block_size, pos_encoding_mode="NONE", **common)
+                         case.cache.block_size, **common)
         else:
             wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(_workspace(dev), layout, backend=self.option)
             wrapper.plan(inputs.query_start_loc, indptr, indices, last, case.num_heads, case.num_kv_heads,

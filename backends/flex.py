@@ -4,6 +4,11 @@ Queries [1, H, num_tokens, D] and keys [1, H_kv, total_keys, D] are packed; `mas
 only from the query's own sequence and under the Case's causal / window / chunk rules; ALiBi and
 soft-cap are a `score_mod`. Captured metadata are tensors, so the compiled variant does not recompile
 per case. `flex` runs eagerly; `flex-compiled` goes through torch.compile (inductor).
+
+Declared from the documentation of `torch.nn.attention.flex_attention` (`score_mod`, `mask_mod` /
+`create_block_mask`, `enable_gqa`, `return_lse`, `kernel_options` incl. `BACKEND`) and
+`torch.nn.attention.experimental._paged_attention.PagedAttention` for the paged variants: any mask or
+score rule a function can express is declared; the FLASH backend's compile limits were found by fuzzing.
 """
 from __future__ import annotations
 

@@ -176,12 +176,18 @@ class NaivePaged(Backend):
         if case.is_causal:
             ok &= kp <= qp
         left, right = case.window_bounds  # vLLM's sliding_window W is (W-1, 0): W keys, the query's own included
+        if case.chunk_lookback is not None:  # the window only sizes the chunks
+            left = right = None
         if left is not None:
             ok &= (qp - kp <= left + 1) if self.bug == Bug.WINDOW_OFF_BY_ONE else (qp - kp <= left)
         if right is not None:
             ok &= kp - qp <= right
         if case.attn_chunk_size is not None:
             ok &= (qp // case.attn_chunk_size) == (kp // case.attn_chunk_size)
+        ok = self._vllm_rules(case, i, qp, kp, ok)
+        if inputs.qq_bias is not None:  # between new tokens only: key context_len + j is new token j
+            ctx = n_k - n_q
+            s[:, :, ctx:] += inputs.qq_bias[:n_q, :n_q].float().to(q.device)[None]
         s = s.masked_fill(~ok, -math.inf)
         cut = n_k // 2  # split-K: two partial states merged by LSE, as flash-decoding does
         o1, l1 = _partial(s[..., :cut], v[:cut])
@@ -193,6 +199,18 @@ class NaivePaged(Backend):
             out = out * torch.exp(lse - total).nan_to_num(0.0)[..., None]
             lse = total
         return out, lse
+
+    @staticmethod
+    def _vllm_rules(case, i: int, qp: Tensor, kp: Tensor, ok: Tensor) -> Tensor:
+        """Chunk lookback, R-SWA and PrefixLM ranges, in unified attention's order: (causal AND rules) OR ranges."""
+        if case.chunk_lookback is not None:
+            size = case.sliding_window // (case.chunk_lookback + 1)
+            ok = ok & (qp // size - kp // size <= case.chunk_lookback)
+        if case.global_prefix is not None:
+            ok = ok & ((kp < case.global_prefix.prefix_lens[i]) | (qp - kp < case.global_prefix.window))
+        for start, end in (case.bidirectional_ranges or ((),) * (i + 1))[i]:
+            ok = ok | ((qp >= start) & (qp <= end) & (kp >= start) & (kp <= end))
+        return ok
 
     def _merge(self, o1, l1, o2, l2):
         m = torch.maximum(l1, l2)

@@ -5,6 +5,12 @@ Sequences are packed with cumulative offsets (cu_seqlens). The flash op's window
 declared only where the installed op's schema has them, read when the backend is built: a torch
 without them gets a narrower declaration, never a TypeError mid-campaign. (torch >= 2.12 adds
 block_table / seqused_k for paged KV; the lent GPU has torch 2.11, so no adapter is written for it.)
+
+Declared from the ops' own schemas (`torch.ops.aten._flash_attention_forward.default._schema` and its
+efficient / cuDNN siblings: argument names, window sides, LSE outputs) and the docstring of
+`torch.nn.attention.varlen.varlen_attn` (cu_seq_q / cu_seq_k, max_q / max_k, `is_causal`,
+`return_aux=AuxRequest(lse=True)`); narrowed by fuzzing where a kernel refuses (cuDNN: keys required,
+torch 2.11's flash build: no ALiBi although the schema has `alibi_slopes`).
 """
 from __future__ import annotations
 

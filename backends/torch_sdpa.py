@@ -3,6 +3,13 @@
 SDPA takes dense [B, H, L, D] tensors: the adapters call it once per sequence on the contiguous
 keys (no paged cache: these kernels never exercise paging). Masks and ALiBi go in as `attn_mask`.
 SDPA's own `is_causal` is top-left aligned, so decoder masks are always passed explicitly.
+
+Declared from PyTorch's documentation: `torch.nn.functional.scaled_dot_product_attention` (bool or additive
+float `attn_mask`, top-left `is_causal`, `scale`, `enable_gqa`), `torch.nn.attention.sdpa_kernel` /
+`SDPBackend` (MATH, FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION) and
+`torch.nn.attention.bias.causal_lower_right` / `causal_upper_left`; each fused kernel's own constraints
+(dtypes, head sizes, masks) as `torch.backends.cuda.can_use_*_attention(params, debug=True)` states them.
+Narrowed by fuzzing, with the reason at each declaration: cuDNN refuses a single key.
 """
 from __future__ import annotations
 

@@ -52,6 +52,30 @@ def per_token_head_mode(case):
     return get_kv_quant_mode(case.kv_cache_dtype.value)
 
 
+def range_tensor(case, dev) -> torch.Tensor:
+    """PrefixLM ranges as vLLM's kernels take them: [num_seqs, max_ranges, 2] int32, (0, 0) padding."""
+    ranges = case.bidirectional_ranges
+    width = max([len(r) for r in ranges] + [1])
+    rows = [list(r) + [(0, 0)] * (width - len(r)) for r in ranges]
+    return torch.tensor(rows, dtype=torch.int32, device=dev).reshape(len(ranges), width, 2)
+
+
+def mask_rule_args(inputs: Inputs) -> dict:
+    """unified_attention's arguments for the case's vLLM mask rules (PrefixLM, R-SWA, chunk lookback, qq_bias)."""
+    case, dev = inputs.case, inputs.device
+    kw = {}
+    if case.bidirectional_ranges is not None:
+        kw["mm_prefix_range"] = range_tensor(case, dev)
+    if case.global_prefix is not None:
+        kw.update(rswa_window=case.global_prefix.window,
+                  rswa_prefix_lens=torch.tensor(case.global_prefix.prefix_lens, dtype=torch.int32, device=dev))
+    if case.chunk_lookback is not None:
+        kw["chunk_lookback"] = case.chunk_lookback
+    if inputs.qq_bias is not None:
+        kw["qq_bias"] = inputs.qq_bias.to(dev, torch.float32).contiguous()
+    return kw
+
+
 def _flash_window(case) -> list[int]:
     """flash-attn's [left, right], -1 unbounded; a causal call's right side is 0."""
     left, right = case.window_bounds
@@ -148,7 +172,8 @@ class TritonUnified(VllmBackend):
     caps = Capabilities(
         devices=frozenset({"cuda"}), dtypes=F16, head_sizes=TRITON_HEADS, attn_types=PAGED_TYPES,
         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.ALIBI,
-                            Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS, Feature.PAGED_KERNEL}),
+                            Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS, Feature.PAGED_KERNEL, Feature.PREFIX_LM,
+                            Feature.GLOBAL_PREFIX, Feature.CHUNK_LOOKBACK, Feature.QQ_BIAS}),
         # The kernel's bias is slope * (k - context_len): signed ALiBi up to a constant per row.
         alibi_conventions=frozenset({AlibiConvention.SIGNED, AlibiConvention.SQRT}),
         kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 32, 64, 128),
@@ -207,7 +232,7 @@ class TritonUnified(VllmBackend):
                           block_table=inputs.block_table, softcap=case.soft_cap or 0.0,
                           alibi_slopes=None if inputs.alibi_slopes is None else inputs.alibi_slopes.to(dev),
                           use_alibi_sqrt=case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT,
-                          sinks=None if inputs.sinks is None else inputs.sinks.to(dev), **kw)
+                          sinks=None if inputs.sinks is None else inputs.sinks.to(dev), **kw, **mask_rule_args(inputs))
         return Actual(output=buffer[: case.num_tokens], output_buffer=buffer, buffer_rows=case.num_tokens)
 
 

@@ -100,6 +100,8 @@ class LayerBackend(Backend):
                   sinks=None if inputs.sinks is None else inputs.sinks.to(inputs.device, case.dtype.torch))
         if case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT:
             kw["use_alibi_sqrt"] = True
+        if case.chunk_lookback is not None:
+            kw["chunk_lookback"] = case.chunk_lookback
         with torch.device(inputs.device):  # model loading builds layers under the GPU as default device
             return backend_cls.get_impl_cls()(**kw)
 
@@ -148,7 +150,9 @@ class LayerBackend(Backend):
                 slot_mapping=inputs.slot_mapping[: case.num_tokens].to(dev), causal=True,
                 seq_lens_cpu_upper_bound=seq_lens.cpu(), _seq_lens_cpu=seq_lens.cpu(),
                 _num_computed_tokens_cpu=inputs.context_lens.to(torch.int32).cpu(),
-                is_prefilling=torch.tensor([s.query_len > 1 for s in case.sequences], device=dev))
+                is_prefilling=torch.tensor([s.query_len > 1 for s in case.sequences], device=dev),
+                mm_req_doc_ranges=None if case.bidirectional_ranges is None else {
+                    i: list(r) for i, r in enumerate(case.bidirectional_ranges) if r})
             prefix = self._common_prefix_len(case)
             metadata = builder.build(common_prefix_len=prefix, common_attn_metadata=common)
             buffer = poisoned_output(inputs)
@@ -189,9 +193,11 @@ _BASE = Capabilities(
 
 
 def vllm_layer_backends() -> list[Backend]:
+    # The model runner hands TRITON_ATTN PrefixLM ranges (mm_req_doc_ranges) and a layer's chunk_lookback;
+    # R-SWA comes from the model's config (rswa_window), which this one-layer llama does not have.
     triton = replace(
         _BASE, head_sizes=(32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 256),
-        features=_BASE.features | {Feature.ALIBI},
+        features=_BASE.features | {Feature.ALIBI, Feature.PREFIX_LM, Feature.CHUNK_LOOKBACK},
         alibi_conventions=frozenset({AlibiConvention.SIGNED, AlibiConvention.SQRT}),
         kv_cache_dtypes=frozenset(KV_DTYPE_STRINGS))
     flash = replace(_BASE, head_sizes=(64, 96, 128, 192, 256),

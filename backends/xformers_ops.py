@@ -11,6 +11,11 @@ xformers 0.0.35's C++ extension targets torch 2.10; where it does not load, ever
 with "xFormers wasn't build with CUDA support" although these three only call torch or Triton.
 `ATTNREF_XFORMERS_FORCE_CUDA_FLAG=1` forces that flag (a version-mismatch workaround, reported in
 the backend description); with a matching build it is never needed.
+
+Declared from xformers' fmha documentation (`xformers.ops.memory_efficient_attention` and the
+`xformers.ops.fmha.attn_bias` classes named above) and each operator's documented class attributes
+(`SUPPORTED_DTYPES`, `SUPPORTED_MAX_K`, `SUPPORTED_ATTN_BIAS_TYPES`, `SUPPORTS_BMGHK` of xformers
+0.0.35, written out below); narrowed by fuzzing where an operator refused (recorded at the declaration).
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ non-unit and per-head scales, shuffled block tables with a null block.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -17,8 +16,9 @@ from hypothesis import strategies as st
 from backends.base import ALL_FEATURES, Capabilities, Feature
 
 from .sizes import TIER_WEIGHTS, TIERS, sequence_specs
+from reference.scores import standard_alibi_slopes as alibi_slopes
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
-                            CausalAlignment,
+                            CausalAlignment, GlobalPrefix,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
                             ValueDistribution, Values, kv_len)
 
@@ -157,7 +157,10 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
         layouts = [x for x in layouts if x != KVLayout.MLA_LATENT]
     if not layouts:  # no declared layout can hold this draw (e.g. int8 kv without flash_hnd): never an invalid case
         reject()
-    layout = draw(st.sampled_from(layouts))
+    choice = st.sampled_from(layouts)
+    if KVLayout.MLA_LATENT in layouts:  # rare (one kv head, no wider value, no int8): weight it when it is possible
+        choice = choice | choice | st.just(KVLayout.MLA_LATENT)
+    layout = draw(choice)
     tables = sorted(caps.block_tables - {BlockTableKind.SHARED_PREFIX}, key=lambda x: x.value)
     table = draw(st.sampled_from(tables)) if tables else BlockTableKind.CONTIGUOUS  # shared_prefix() sets its own
     grans = sorted(caps.scale_granularities, key=lambda x: x.value)
@@ -198,19 +201,33 @@ def block_sparse_params(draw) -> BlockSparse:
                        tp_size=tp_size, tp_rank=draw(st.integers(0, tp_size - 1)))
 
 
-def alibi_slopes(num_heads: int) -> tuple[float, ...]:
-    """ALiBi slopes as the models vLLM serves compute them (`_get_alibi_slopes` in its BLOOM / MPT code).
+@st.composite
+def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...], window: int | None) -> dict:
+    """Case fields for vLLM's extra decoder mask rules, each where declared: chunk lookback (on a drawn
+    window), R-SWA (where no window was drawn: it replaces one), PrefixLM ranges around the context / new-token boundary, qq_bias."""
+    rules: dict = {}  # each rule is on at the largest draw, so shrinking (towards 0) switches it off
+    if window is not None and _has(caps, Feature.CHUNK_LOOKBACK) and draw(st.integers(0, 2)) == 2:
+        rules["chunk_lookback"] = draw(st.sampled_from([lb for lb in (0, 1, 2, 3) if window // (lb + 1) >= 1]))
+    elif window is None and _has(caps, Feature.GLOBAL_PREFIX) and draw(st.integers(0, 1)) == 1:
+        kv = max(s.context_len + s.query_len for s in sequences)
+        prefix = [draw(st.sampled_from(sorted({0, 1, s.context_len, s.context_len + s.query_len}))
+                       | st.integers(0, s.context_len + s.query_len)) for s in sequences]
+        rules["global_prefix"] = GlobalPrefix(draw(st.sampled_from(sorted({1, 2, max(1, kv // 2), kv}))
+                                                   | st.integers(1, kv + 1)), tuple(prefix))
+    if _has(caps, Feature.PREFIX_LM) and draw(st.integers(0, 2)) == 2:
+        rules["bidirectional_ranges"] = tuple(draw(_ranges(s)) for s in sequences)
+    if _has(caps, Feature.QQ_BIAS) and draw(st.integers(0, 3)) == 3:
+        rules["qq_bias"] = True
+    return rules
 
-    For a power of two n: 2^(-8 i / n), i = 1..n (the paper's geometric series). Otherwise the slopes of
-    the closest lower power of two p, followed by the odd powers 1, 3, 5, ... of the base of 2p.
-    """
-    p = 2 ** math.floor(math.log2(num_heads))
-    base = 2.0 ** (-(2.0 ** -(math.log2(p) - 3)))
-    slopes = [base ** i for i in range(1, p + 1)]
-    if p != num_heads:
-        extra = 2.0 ** (-(2.0 ** -(math.log2(2 * p) - 3)))
-        slopes += [extra ** i for i in range(1, 2 * min(p, num_heads - p), 2)]
-    return tuple(slopes)
+
+def _ranges(seq: SequenceSpec) -> st.SearchStrategy:
+    """0-2 inclusive (start, end) ranges of one sequence; the first often straddles the first new token,
+    where a range changes what a query sees (a range wholly in the context only matters to earlier steps)."""
+    n, ctx = seq.context_len + seq.query_len, seq.context_len
+    point = st.integers(0, max(n, 1))
+    straddle = st.tuples(st.integers(0, ctx), st.integers(ctx, n + 1))
+    return st.lists(straddle | st.tuples(point, point), max_size=2).map(tuple)
 
 
 @st.composite
@@ -286,7 +303,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     alibi = None
     if _has(caps, Feature.ALIBI) and draw(st.booleans()):
         convention = draw(st.sampled_from(sorted(caps.alibi_conventions, key=lambda c: c.value)))
-        factor = draw(st.sampled_from([1.0, 0.25, 4.0]))
+        factor = 1.0 if caps.alibi_standard_slopes else draw(st.sampled_from([1.0, 0.25, 4.0]))
         alibi = Alibi(tuple(s * factor for s in alibi_slopes(num_heads)), convention)
     chunk = None
     if attn_type == AttentionType.DECODER:
@@ -294,6 +311,9 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     sparse = None
     if attn_type == AttentionType.DECODER:
         sparse = _sometimes(draw, caps, Feature.BLOCK_SPARSE, block_sparse_params())
+    rules = {}
+    if attn_type == AttentionType.DECODER and chunk is None and sparse is None:
+        rules = draw(vllm_mask_rules(caps, sequences, window))
     # Logit magnitudes from nearly uniform to one-hot (scales 1e-3..10, logit scales up to 50); fp16 keeps
     # its scores under its 65504 limit so that the fp16 baseline stays an honest yardstick.
     logit_scales = [1.0, 0.5, 2.0, 4.0, 8.0, 16.0, 50.0] if dtype != DType.FLOAT16 else [1.0, 0.5, 2.0, 4.0, 8.0, 16.0]
@@ -314,4 +334,4 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     return Case(**kernel, sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
                 head_size=head_size, head_size_v=head_size_v, dtype=dtype, scale=scale, sliding_window=window,
                 alibi=alibi, soft_cap=soft_cap, sinks=sinks, attn_chunk_size=chunk, block_sparse=sparse, cache=cache,
-                values=values, encodings=encodings, seed=seed)
+                values=values, encodings=encodings, seed=seed, **rules)

@@ -57,11 +57,20 @@ def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bo
             scale=case.softmax_scale, q_pos=query_positions(case, seq).to(query.device),
             alibi=None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(dtype), case.alibi.convention),
             soft_cap=case.soft_cap, sink=None if inputs.sinks is None else inputs.sinks.to(dtype),
+            bias=None if inputs.qq_bias is None else new_token_bias(inputs.qq_bias, seq.query_len, k.shape[0]).to(
+                device=query.device, dtype=dtype),
             dtype=dtype, reorder=reorder, chunk_elements=chunk_elements, key_chunk=key_chunk)
         outputs.append(out)
         lses.append(lse)
         counts.append(mask.sum(-1).expand(case.num_heads, -1).transpose(0, 1))
     return Expected(torch.cat(outputs), torch.cat(lses), torch.cat(counts))
+
+
+def new_token_bias(qq_bias: Tensor, query_len: int, num_keys: int) -> Tensor:
+    """Score bias [query_len, num_keys]: qq_bias[i, j] on the sequence's j-th new token (key context_len + j)."""
+    bias = torch.zeros(query_len, num_keys, dtype=qq_bias.dtype, device=qq_bias.device)
+    bias[:, num_keys - query_len:] = qq_bias[:query_len, :query_len]
+    return bias
 
 
 def query_for_oracle(inputs: Inputs, dtype: torch.dtype) -> Tensor:
@@ -82,10 +91,12 @@ def sequence_kv(inputs: Inputs, i: int, dtype: torch.dtype) -> tuple[Tensor, Ten
 def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float,
                     q_pos: Tensor | None = None, k_pos: Tensor | None = None,
                     alibi: tuple[Tensor, object] | None = None,
-                    soft_cap: float | None = None, sink: Tensor | None = None,
+                    soft_cap: float | None = None, sink: Tensor | None = None, bias: Tensor | None = None,
                     dtype: torch.dtype = torch.float64, reorder: bool = False,
                     chunk_elements: int = CHUNK_ELEMENTS, key_chunk: int = KEY_CHUNK) -> tuple[Tensor, Tensor]:
     """Output [q, H, D_v] and LSE [q, H] of one sequence: q [q, H, D], k/v [kv, H_kv, D], visible [H|1, q, kv].
+
+    `bias` [q, kv] is added to every head's scores after the soft-cap (as ALiBi is).
 
     Query head h reads kv head h // (H / H_kv). Chunks over keys (and queries) are merged by LSE.
     `k_pos` are the keys' positions (for ALiBi) when k/v are a subset of the sequence's keys.
@@ -107,7 +118,8 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
             part_out, part_lse = _attend_block(
                 q[qs:qe].to(dtype), k[ks:ke].to(dtype), v[ks:ke].to(dtype), visible[:, qs:qe, ks:ke],
                 scale=scale, q_pos=q_pos[qs:qe], k_pos=k_pos[ks:ke],
-                alibi=alibi, soft_cap=soft_cap, reorder=reorder)
+                alibi=alibi, soft_cap=soft_cap, reorder=reorder,
+                bias=None if bias is None else bias[qs:qe, ks:ke])
             out[qs:qe], lse[qs:qe] = merge_attn_states(out[qs:qe], lse[qs:qe], part_out, part_lse)
     if sink is not None:
         out, lse = add_sink(out, lse, sink)
@@ -115,7 +127,8 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
 
 
 def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor,
-                  k_pos: Tensor, alibi, soft_cap: float | None, reorder: bool) -> tuple[Tensor, Tensor]:
+                  k_pos: Tensor, alibi, soft_cap: float | None, reorder: bool,
+                  bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """(output [q, H, D_v], lse [q, H]) of q over one block of keys k/v [k, H_kv, D], in q's dtype.
 
     Query head h = n * G + g reads kv head n (G = H / H_kv query heads per kv head): the heads are
@@ -132,6 +145,8 @@ def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: fl
     if alibi is not None:
         slopes, convention = alibi
         scores = scores + alibi_bias(slopes, q_pos[:, None], k_pos[None, :], convention).to(scores.dtype)
+    if bias is not None:
+        scores = scores + bias[None].to(scores.dtype)
     scores = scores.masked_fill(~visible, -math.inf)
     lse = logsumexp_with_sink(scores, None)  # [H, q]
     p = probabilities(scores, lse).reshape(kv_heads, num_heads // kv_heads, num_q, k.shape[0])

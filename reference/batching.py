@@ -44,8 +44,7 @@ def _starts(lens: list[int]) -> Tensor:
 def select_sequences(inputs: Inputs, order: list[int]) -> Inputs:
     """The inputs of a batch made of sequences `order` of `inputs` (in that order), same cache."""
     case = inputs.case
-    sub = case.replace(sequences=tuple(case.sequences[i] for i in order),
-                       alibi=case.alibi, sinks=case.sinks)
+    sub = case.select(order)
 
     def rows(x: Tensor | None, starts: Tensor) -> Tensor | None:
         if x is None:

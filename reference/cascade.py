@@ -77,9 +77,12 @@ def cascade_metadata(inputs: Inputs, common_prefix_len: int) -> CascadeMetadata:
             problems.append(f"the first {n} blocks are not the same physical blocks in every table")
         if any(s.context_len < common_prefix_len for s in case.sequences):
             problems.append("every sequence needs context_len >= common_prefix_len (queries after the prefix)")
-    for name in ("alibi", "sliding_window", "attn_chunk_size", "block_sparse"):
+    for name in ("alibi", "sliding_window", "attn_chunk_size", "block_sparse", "bidirectional_ranges", "global_prefix",
+                 "chunk_lookback"):
         if getattr(case, name) is not None:
             problems.append(f"{name} is not defined for cascade attention (vLLM asserts it off)")
+    if case.qq_bias:
+        problems.append("qq_bias is not defined for cascade attention (a unified-attention argument)")
     if problems:
         raise ValueError("; ".join(problems))
     n = common_prefix_len // case.cache.block_size

@@ -159,6 +159,15 @@ class BlockSparse:
 
 
 @dataclass(frozen=True)
+class GlobalPrefix:
+    """vLLM's R-SWA: each sequence's first `prefix_lens[i]` tokens (its prompt) stay visible to every
+    later query; other keys only within the last `window` positions (the query's own included)."""
+
+    window: int
+    prefix_lens: tuple[int, ...]  # one per sequence
+
+
+@dataclass(frozen=True)
 class Quant:
     """KV-cache quantization. Scales are the dequantization multipliers (stored = value / scale)."""
 
@@ -214,6 +223,14 @@ class Case:
     sinks: tuple[float, ...] | None = None  # one logit per query head
     attn_chunk_size: int | None = None  # chunked local attention
     block_sparse: BlockSparse | None = None
+    # vLLM 0.26's extra decoder mask rules (triton unified attention; reference/visibility.py):
+    # PrefixLM: per sequence, inclusive (start, end) position ranges whose tokens see each other both ways.
+    bidirectional_ranges: tuple[tuple[tuple[int, int], ...], ...] | None = None
+    global_prefix: GlobalPrefix | None = None  # R-SWA (replaces sliding_window)
+    # Chunks of C = sliding_window // (chunk_lookback + 1) positions; a query sees its own chunk and the
+    # chunk_lookback chunks before it (replaces the sliding window, which only sets C).
+    chunk_lookback: int | None = None
+    qq_bias: bool = False  # an additive [max_query_len, max_query_len] bias between new tokens (Inputs.qq_bias)
     # attn_type=kernel only: the kernel API's own causal flag, its alignment, and a (left, right) window
     # in key positions from the query's aligned position (None: unbounded on that side).
     causal: bool = False
@@ -322,6 +339,14 @@ class Case:
             on.add("chunked_local")
         if self.block_sparse is not None:
             on.add("block_sparse")
+        if self.bidirectional_ranges is not None:
+            on.add("prefix_lm")
+        if self.global_prefix is not None:
+            on.add("global_prefix")
+        if self.chunk_lookback is not None:
+            on.add("chunk_lookback")
+        if self.qq_bias:
+            on.add("qq_bias")
         if self.head_size_v is not None and self.head_size_v != self.head_size:
             on.add("head_size_v")
         if self.cache is not None:
@@ -366,6 +391,16 @@ class Case:
 
     def replace(self, **changes: Any) -> "Case":
         return dataclasses.replace(self, **changes)
+
+    def select(self, order: list[int]) -> "Case":
+        """The case of sequences `order` (in that order), their per-sequence rules moved with them."""
+        per_seq: dict[str, Any] = {}
+        if self.bidirectional_ranges is not None:
+            per_seq["bidirectional_ranges"] = tuple(self.bidirectional_ranges[i] for i in order)
+        if self.global_prefix is not None:
+            per_seq["global_prefix"] = dataclasses.replace(
+                self.global_prefix, prefix_lens=tuple(self.global_prefix.prefix_lens[i] for i in order))
+        return self.replace(sequences=tuple(self.sequences[i] for i in order), **per_seq)
 
 
 def kv_len(attn_type: AttentionType, seq: SequenceSpec) -> int:
@@ -470,6 +505,7 @@ def validate(case: Case) -> None:
                  f"Case.block_sparse.head_sliding_step={bs.head_sliding_step!r}: None (derived) or an integer")
         _require(case.attn_type == AttentionType.DECODER,
                  f"Case.block_sparse: defined for attn_type=decoder only, not {case.attn_type.value}")
+    _validate_vllm_masks(case)
     _validate_cache(case)
     _require(isinstance(case.encodings, tuple) and all(
         isinstance(e, tuple) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in case.encodings)
@@ -479,6 +515,34 @@ def validate(case: Case) -> None:
              f"Case.values.logit_scale={case.values.logit_scale!r}: must be a finite number > 0")
     _require(isinstance(case.seed, int) and 0 <= case.seed < 2**63,
              f"Case.seed={case.seed!r}: must be an integer in [0, 2**63)")
+
+
+def _validate_vllm_masks(case: Case) -> None:
+    on = [name for name in ("bidirectional_ranges", "global_prefix", "chunk_lookback")
+          if getattr(case, name) is not None] + (["qq_bias"] if case.qq_bias else [])
+    if not on:
+        return
+    _require(case.attn_type == AttentionType.DECODER and case.block_sparse is None and case.attn_chunk_size is None,
+             f"Case.{on[0]}: a decoder mask rule of vLLM's unified attention; needs attn_type=decoder, "
+             f"no block_sparse, no attn_chunk_size")
+    n = len(case.sequences)
+    r = case.bidirectional_ranges
+    _require(r is None or (isinstance(r, tuple) and len(r) == n and all(
+        isinstance(ranges, tuple) and all(isinstance(x, tuple) and len(x) == 2 and all(
+            isinstance(v, int) and v >= 0 for v in x) for x in ranges) for ranges in r)),
+        f"Case.bidirectional_ranges={r!r}: one tuple per sequence ({n}) of (start, end) positions, integers >= 0")
+    g = case.global_prefix
+    if g is not None:
+        _require(isinstance(g.window, int) and g.window >= 1 and isinstance(g.prefix_lens, tuple)
+                 and len(g.prefix_lens) == n and all(isinstance(x, int) and x >= 0 for x in g.prefix_lens),
+                 f"Case.global_prefix={g!r}: window an integer >= 1 and one prefix_len >= 0 per sequence ({n})")
+        _require(case.sliding_window is None, "Case.global_prefix: R-SWA replaces sliding_window; it must be None")
+    lb = case.chunk_lookback
+    if lb is not None:
+        _require(isinstance(lb, int) and lb >= 0 and case.sliding_window is not None
+                 and case.sliding_window // (lb + 1) >= 1,
+                 f"Case.chunk_lookback={lb!r}: an integer >= 0 with a sliding_window of at least lookback + 1 "
+                 f"positions (sliding_window={case.sliding_window})")
 
 
 def _validate_cache(case: Case) -> None:

@@ -66,6 +66,8 @@ class Inputs:
     q_scale: Tensor | None = None  # [1] float32
     sinks: Tensor | None = None  # [H] float32
     alibi_slopes: Tensor | None = None  # [H] float32
+    qq_bias: Tensor | None = None  # [max_query_len, max_query_len] float32: added to the score of query i (of its
+    #                                sequence's new tokens) on new token j, every sequence and head alike
 
     @property
     def device(self) -> torch.device:
@@ -103,6 +105,9 @@ def materialize(case: Case, device: torch.device | str = "cpu") -> Inputs:
     if case.alibi is not None:
         extra["alibi_slopes"] = torch.tensor(case.alibi.slopes, dtype=torch.float32)
 
+    if case.qq_bias:  # own generator: the other draws keep their order
+        n = case.max_query_len
+        extra["qq_bias"] = 2.0 * torch.randn(n, n, generator=torch.Generator().manual_seed(case.seed ^ 0xB1A5))
     context_lens = torch.tensor([s.context_len for s in case.sequences], dtype=torch.int32)
     extra.setdefault("key", key)
     extra.setdefault("value", value)

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor
 
-from .attention import Expected, add_sink, attend_sequence, query_for_oracle
+from .attention import Expected, add_sink, attend_sequence, new_token_bias, query_for_oracle
 from .inputs import Inputs
 from .merge import merge_attn_states
 
@@ -28,9 +28,13 @@ def partial_state(inputs: Inputs, i: int, k: Tensor, v: Tensor, visible: Tensor,
     alibi = None
     if inputs.alibi_slopes is not None:
         alibi = (inputs.alibi_slopes.to(torch.float64), case.alibi.convention)
+    bias = None
+    if inputs.qq_bias is not None:  # the sequence's bias over all its keys, then the columns of these keys
+        seq = case.sequences[i]
+        bias = new_token_bias(inputs.qq_bias.to(torch.float64), seq.query_len, case.kv_lens[i])[:, k_pos.cpu()]
     return attend_sequence(sequence_queries(inputs, i), k.to(torch.float64), v.to(torch.float64), visible,
                            scale=case.softmax_scale, q_pos=q_pos, k_pos=k_pos, alibi=alibi,
-                           soft_cap=case.soft_cap, sink=None)
+                           soft_cap=case.soft_cap, sink=None, bias=None if bias is None else bias.to(k.device))
 
 
 def merge_all(states: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:

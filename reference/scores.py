@@ -1,6 +1,8 @@
 """Logit transforms applied between q.k and the softmax: soft-cap and ALiBi biases."""
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -29,3 +31,19 @@ def alibi_bias(slopes: Tensor, q_pos: Tensor, k_pos: Tensor, convention: AlibiCo
     elif convention == AlibiConvention.SQRT:
         distance = -torch.sqrt((-distance).clamp(min=0))  # only earlier keys are pushed down
     return slopes[:, None, None] * distance[None]
+
+
+def standard_alibi_slopes(num_heads: int) -> tuple[float, ...]:
+    """ALiBi slopes as the models vLLM serves compute them (`_get_alibi_slopes` in its BLOOM / MPT code;
+    FlashInfer's `get_alibi_slopes` computes the same when a kernel takes pos_encoding_mode="ALIBI").
+
+    For a power of two n: 2^(-8 i / n), i = 1..n (the paper's geometric series). Otherwise the slopes of
+    the closest lower power of two p, followed by the odd powers 1, 3, 5, ... of the base of 2p.
+    """
+    p = 2 ** math.floor(math.log2(num_heads))
+    base = 2.0 ** (-(2.0 ** -(math.log2(p) - 3)))
+    slopes = [base ** i for i in range(1, p + 1)]
+    if p != num_heads:
+        extra = 2.0 ** (-(2.0 ** -(math.log2(2 * p) - 3)))
+        slopes += [extra ** i for i in range(1, 2 * min(p, num_heads - p), 2)]
+    return tuple(slopes)

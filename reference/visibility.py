@@ -60,6 +60,41 @@ def chunk_visible(q_pos: Tensor, k_pos: Tensor, chunk_size: int) -> Tensor:
     return torch.div(q_pos, chunk_size, rounding_mode="floor") == torch.div(k_pos, chunk_size, rounding_mode="floor")
 
 
+def lookback_visible(q_pos: Tensor, k_pos: Tensor, chunk_size: int, lookback: int) -> Tensor:
+    """True where the key's chunk is the query's own or one of the `lookback` chunks before it.
+
+    chunk_size=2, lookback=1 (with causal_visible):
+        k:    0 1 2 3 4 5
+        q=4:  . . x x x .
+        q=5:  . . x x x x
+    """
+    qc = torch.div(q_pos, chunk_size, rounding_mode="floor")
+    kc = torch.div(k_pos, chunk_size, rounding_mode="floor")
+    return qc - kc <= lookback
+
+
+def global_prefix_visible(q_pos: Tensor, k_pos: Tensor, prefix_len: int, window: int) -> Tensor:
+    """True where the key is one of the first `prefix_len` (the prompt) or within the last `window`
+    positions up to the query (R-SWA). prefix_len=1, window=2:
+        k:    0 1 2 3
+        q=3:  x . x x
+    """
+    return (k_pos < prefix_len) | (q_pos - k_pos < window)
+
+
+def ranges_visible(q_pos: Tensor, k_pos: Tensor, ranges: tuple[tuple[int, int], ...]) -> Tensor:
+    """True where query and key lie in one inclusive (start, end) range (PrefixLM: an image's tokens see
+    each other both ways). A range with start >= end adds nothing beyond a token seeing itself.
+    Range (1, 2):
+        k:    0 1 2 3
+        q=1:  . x x .      (OR-ed with the causal mask: q=1 also sees k=0)
+    """
+    ok = torch.zeros(torch.broadcast_shapes(q_pos.shape, k_pos.shape), dtype=torch.bool)
+    for start, end in ranges:
+        ok |= (q_pos >= start) & (q_pos <= end) & (k_pos >= start) & (k_pos <= end)
+    return ok
+
+
 def block_sparse_visible(q_pos: Tensor, k_pos: Tensor, sparse: BlockSparse, offset: int) -> Tensor:
     """True where the key's block is one of the `local_blocks` latest, or a vertical-stride block.
 
@@ -71,6 +106,11 @@ def block_sparse_visible(q_pos: Tensor, k_pos: Tensor, sparse: BlockSparse, offs
     return ((qb - kb) < sparse.local_blocks) | ((kb + offset) % sparse.vert_stride == 0)
 
 
+def _index_of(case: Case, seq: SequenceSpec) -> int:
+    """Which sequence `seq` is (per-sequence rules are indexed; equal specs may differ in their ranges)."""
+    return next(i for i, s in enumerate(case.sequences) if s is seq)
+
+
 def visible(case: Case, seq: SequenceSpec) -> Tensor:
     """Mask [num_heads or 1, query_len, kv_len] of the keys each query of `seq` may see."""
     q_pos = query_positions(case, seq)[:, None]
@@ -78,8 +118,16 @@ def visible(case: Case, seq: SequenceSpec) -> Tensor:
     mask = torch.ones(q_pos.shape[0], k_pos.shape[1], dtype=torch.bool)
     if case.is_causal:
         mask &= causal_visible(q_pos, k_pos)
-    left, right = case.window_bounds
-    mask &= window_visible(q_pos, k_pos, left, right)
+    if case.chunk_lookback is not None:  # vLLM: the window sets the chunk size and is not applied itself
+        mask &= lookback_visible(q_pos, k_pos, case.sliding_window // (case.chunk_lookback + 1), case.chunk_lookback)
+    else:
+        left, right = case.window_bounds
+        mask &= window_visible(q_pos, k_pos, left, right)
+    if case.global_prefix is not None:
+        prefix_len = case.global_prefix.prefix_lens[_index_of(case, seq)]
+        mask &= global_prefix_visible(q_pos, k_pos, prefix_len, case.global_prefix.window)
+    if case.bidirectional_ranges is not None:  # (causal AND window) OR range, as vLLM and FlexAttention order it
+        mask |= ranges_visible(q_pos, k_pos, case.bidirectional_ranges[_index_of(case, seq)])
     if case.attn_chunk_size is not None:
         mask &= chunk_visible(q_pos, k_pos, case.attn_chunk_size)
     mask = mask[None]

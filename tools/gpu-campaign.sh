@@ -58,6 +58,12 @@ for g in $PARTS; do
       run "${PYTHONPATH:-}" "${TIME_VLLMNEW:-120}" $(avail "${PYTHONPATH:-}" '^vllm-(chunked-paged-decode|pth-writes-cache)$')
       LIMITS='{"kv_cache_dtypes": ["int8_per_token_head", "fp8_per_token_head"]}' \
         run "${PYTHONPATH:-}" "${TIME_VLLMPTH:-90}" $(avail "${PYTHONPATH:-}" '^vllm-triton-unified$') ;;
+    vllmrules)  # session 6: vLLM's PrefixLM / R-SWA / chunk-lookback / qq_bias rules, vLLM's own FA4, and the whole
+      # TRITON_ATTN backend with ranges and lookback; FLASH_ATTN whole for the false-alarm count
+      run "${PYTHONPATH:-}" "${TIME_VLLMRULES:-90}" $(avail "${PYTHONPATH:-}" '^vllm-triton-unified$')
+      LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFA4:-90}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-fa4-paged$')
+      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMTRITON:-70}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-triton$')
+      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFLASH:-50}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-flash$') ;;
     vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-') ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)

@@ -9,8 +9,9 @@ import reference as r
 from backends.naive import NAIVE_CAPS
 from backends.registry import get
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
+from reference.scores import standard_alibi_slopes as alibi_slopes
 
-N = 300
+N = 500
 
 
 def _draws(caps, limits=Limits(), n=N):
@@ -96,9 +97,21 @@ def test_magnitudes_encodings_and_the_recent_class_are_drawn():
 
 
 def test_vllm_alibi_slopes_for_head_counts_that_are_not_powers_of_two():
-    from fuzz.strategies import alibi_slopes
+
 
     assert alibi_slopes(8) == tuple(2.0 ** (-i) for i in range(1, 9))
     # 6 heads: the 4-head series 2^-2, 2^-4, 2^-6, 2^-8, then odd powers of the 8-head base 2^-1: 2^-1, 2^-3
     assert alibi_slopes(6) == (0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125)
     assert len(alibi_slopes(12)) == 12 and len(set(alibi_slopes(12))) == 12
+
+
+def test_a_kernel_that_computes_its_own_alibi_slopes_gets_only_those():
+    """FlashInfer's pos_encoding_mode="ALIBI" takes no slopes: the declaration admits the standard ones only,
+    and the fuzzer draws nothing else for it."""
+    caps = dataclasses.replace(ORACLE_CAPS, alibi_standard_slopes=True, kv_layouts=frozenset())
+    with_alibi = [c for c in _draws(caps, n=200) if c.alibi is not None]
+    assert with_alibi and all(c.alibi.slopes == alibi_slopes(c.num_heads) for c in with_alibi)
+    case = with_alibi[0]
+    scaled = case.replace(alibi=r.Alibi(tuple(4 * s for s in case.alibi.slopes), case.alibi.convention))
+    assert caps.reasons(case, "cpu") == []
+    assert any("standard slopes" in why for why in caps.reasons(scaled, "cpu"))

@@ -12,7 +12,8 @@ import numpy as np
 from reference.case import AlibiConvention, AttentionType, Case
 
 
-def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray]):
+def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray],
+                          qq_bias: np.ndarray | None = None):
     """(output [N, H, Dv], lse [N, H]) by loops; keys/values are per-sequence float64 arrays."""
     h_per_kv = case.num_heads // case.num_kv_heads
     out = np.zeros((case.num_tokens, case.num_heads, case.value_size))
@@ -30,7 +31,7 @@ def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray],
             for h in range(case.num_heads):
                 logits, vals = [], []
                 for t in range(n_keys):
-                    if not _sees(case, p, t, h):
+                    if not _sees(case, p, t, h, s):
                         continue
                     x = case.softmax_scale * float(np.dot(query[row, h], k[t, h // h_per_kv]))
                     if case.soft_cap is not None:
@@ -39,6 +40,8 @@ def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray],
                         slope = float(np.float32(case.alibi.slopes[h]))  # materialized as float32
                         x += {AlibiConvention.SIGNED: slope * (t - p), AlibiConvention.SYMMETRIC: -slope * abs(t - p),
                               AlibiConvention.SQRT: -slope * math.sqrt(p - t) if t <= p else 0.0}[case.alibi.convention]
+                    if qq_bias is not None and t >= seq.context_len:  # new token t - context_len
+                        x += float(qq_bias[j, t - seq.context_len])
                     logits.append(x)
                     vals.append(v[t, h // h_per_kv])
                 if case.sinks is not None:  # the sink: one more logit whose value vector is zero
@@ -55,7 +58,15 @@ def brute_force_attention(case: Case, query: np.ndarray, keys: list[np.ndarray],
     return out, lse
 
 
-def _sees(case: Case, p: int, t: int, h: int) -> bool:
+def _sees(case: Case, p: int, t: int, h: int, s: int) -> bool:
+    """Whether query position p of sequence s sees key t on head h; a PrefixLM range overrides the rest."""
+    ranges = case.bidirectional_ranges[s] if case.bidirectional_ranges is not None else ()
+    if any(a <= p <= b and a <= t <= b for a, b in ranges):
+        return True
+    return _sees_without_ranges(case, p, t, h, s)
+
+
+def _sees_without_ranges(case: Case, p: int, t: int, h: int, s: int) -> bool:
     h_per_kv = case.num_heads // case.num_kv_heads
     if (case.attn_type == AttentionType.DECODER or (case.attn_type == AttentionType.KERNEL and case.causal)) and t > p:
         return False
@@ -63,6 +74,11 @@ def _sees(case: Case, p: int, t: int, h: int) -> bool:
         left, right = case.window
         if (left is not None and p - t > left) or (right is not None and t - p > right):
             return False
+    if case.chunk_lookback is not None:  # chunks of W // (lookback + 1); the window itself is not applied
+        c = case.sliding_window // (case.chunk_lookback + 1)
+        return p // c - t // c <= case.chunk_lookback
+    if case.global_prefix is not None and t >= case.global_prefix.prefix_lens[s] and p - t >= case.global_prefix.window:
+        return False
     if case.sliding_window is not None:
         w = case.sliding_window
         if p - t >= w:

@@ -8,7 +8,8 @@ import torch
 from hypothesis import assume, given, strategies as st
 
 import reference as r
-from fuzz.strategies import ORACLE_CAPS, Limits, alibi_slopes, cases
+from fuzz.strategies import ORACLE_CAPS, Limits, cases
+from reference.scores import standard_alibi_slopes as alibi_slopes
 from reference.attention import attend_sequence
 from reference.visibility import query_positions, visible
 from tests.reference.brute_force import brute_force_attention
@@ -33,7 +34,8 @@ def test_oracle_equals_brute_force_loops(case):
     expected = r.attention(inputs)
     q = r.attention.__globals__["query_for_oracle"](inputs, torch.float64).numpy()
     out, lse = brute_force_attention(case, q, [k.double().numpy() for k in inputs.keys],
-                                     [v.double().numpy() for v in inputs.values])
+                                     [v.double().numpy() for v in inputs.values],
+                                     None if inputs.qq_bias is None else inputs.qq_bias.double().numpy())
     assert np.allclose(expected.output.numpy(), out, atol=1e-9)
     assert close(expected.lse, torch.from_numpy(lse), 1e-9)
 
@@ -57,8 +59,8 @@ def test_gqa_equals_mha_with_repeated_kv_heads(case):
 def test_window_at_least_sequence_length_equals_no_window(case, extra):
     # Not for attn_type=encoder: vLLM gives it the one-sided (W-1, 0) window, which also hides
     # every later key (pinned by test_encoder_window_is_one_sided_as_in_vllm).
-    assume(case.attn_type in (r.AttentionType.DECODER, r.AttentionType.ENCODER_ONLY))
-    inputs = r.materialize(case.replace(sliding_window=None))
+    assume(case.attn_type in (r.AttentionType.DECODER, r.AttentionType.ENCODER_ONLY) and case.global_prefix is None)
+    inputs = r.materialize(case.replace(sliding_window=None, chunk_lookback=None))
     wide = with_case(inputs, sliding_window=case.max_kv_len + extra if case.max_kv_len else 1 + extra)
     a, b = r.attention(inputs), r.attention(wide)
     assert close(a.output, b.output) and close(a.lse, b.lse)
@@ -79,7 +81,7 @@ def test_permuting_sequences_permutes_output(case, data):
     blocks = [inputs.query[starts[i]:starts[i + 1]] for i in order]
     lens = torch.tensor([case.sequences[i].query_len for i in order])
     permuted = dataclasses.replace(
-        inputs, case=case.replace(sequences=tuple(case.sequences[i] for i in order)),
+        inputs, case=case.select(order),
         query=torch.cat(blocks), keys=tuple(inputs.keys[i] for i in order),
         values=tuple(inputs.values[i] for i in order),
         query_start_loc=torch.nn.functional.pad(torch.cumsum(lens, 0), (1, 0)).to(torch.int32))
