@@ -2,8 +2,8 @@
 
 | backend | function | cache |
 |---|---|---|
-| `vllm-fa3-paged` | `vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=3)` with `block_table` + `seqused_k`, window, soft-cap, `s_aux` sinks, fp8 with q/k/v descales, `num_splits`, LSE | flash_nhd views |
-| `vllm-triton-unified` | `v1/attention/ops/triton_unified_attention.unified_attention`: 2D (prefill) and 3D (split-KV decode) paths, ALiBi (signed and `use_alibi_sqrt`), sinks, soft-cap, windows, fp8 per tensor, per-sequence causality through raw-API cases | flash_nhd views |
+| `vllm-fa3-paged` | `vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=3)` with `block_table` + `seqused_k`, window, soft-cap, `s_aux` sinks, fp8 with q/k/v descales, `num_splits`, LSE | flash_nhd views, or the K / V halves of vLLM 0.26's packed cache (vllm_nhd / vllm_hnd) |
+| `vllm-triton-unified` | `v1/attention/ops/triton_unified_attention.unified_attention`: 2D (prefill) and 3D (split-KV decode) paths, ALiBi (signed and `use_alibi_sqrt`), sinks, soft-cap, windows, fp8 per tensor, per-sequence causality through raw-API cases | flash_nhd views, or the packed cache's halves |
 | `vllm-prefix-prefill` | `v1/attention/ops/prefix_prefill.context_attention_fwd`: new tokens contiguous, context from the v0 cache, ALiBi, sinks, window, fp8 | paged_v0 |
 | `vllm-triton-decode` | `v1/attention/ops/triton_decode_attention.decode_attention_fwd` (split-KV decode, `logit_cap`, LSE) | flash_nhd views |
 | `vllm-merge-cuda`, `-triton` | prefix (cached context, non-causal) and suffix (new tokens, causal) by FA3 with LSE, merged by `merge_attn_states` (vLLM's CUDA op, or its Triton kernel) | flash_nhd views |
@@ -103,7 +103,8 @@ class Fa3Paged(VllmBackend):
             devices=frozenset({"cuda"}), dtypes=F16, head_sizes=FA3_HEADS, attn_types=PAGED_TYPES,
             features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS,
                                 Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS, Feature.PAGED_KERNEL}),
-            kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 32, 64, 256),
+            # vLLM 0.26 hands its kernels the K and V halves of its packed cache (strided views): vllm_nhd / _hnd
+            kv_layouts=frozenset({KVLayout.FLASH_NHD, KVLayout.VLLM_NHD, KVLayout.VLLM_HND}), block_sizes=(16, 32, 64, 256),
             kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}), lse_base=LseBase.E,
             requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
             encodings=(("num_splits", SPLITS), ("unbounded_window", ("minus_one", "none"))))
@@ -166,7 +167,7 @@ class TritonUnified(VllmBackend):
 
     name = "vllm-triton-unified"
     module = "vllm.v1.attention.ops.triton_unified_attention"
-    description = "v1/attention/ops/triton_unified_attention.unified_attention over the flash_nhd views"
+    description = "v1/attention/ops/triton_unified_attention.unified_attention over the paged K / V views"
     # Found on the H100: with float32 inputs the Triton kernels multiply in TF32 (Triton's default on
     # Hopper; vLLM asks for IEEE only on Turing): errors ~1e-3, 1000x a float32 pass. Not declared.
     caps = Capabilities(
@@ -176,7 +177,7 @@ class TritonUnified(VllmBackend):
                             Feature.GLOBAL_PREFIX, Feature.CHUNK_LOOKBACK, Feature.QQ_BIAS}),
         # The kernel's bias is slope * (k - context_len): signed ALiBi up to a constant per row.
         alibi_conventions=frozenset({AlibiConvention.SIGNED, AlibiConvention.SQRT}),
-        kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 32, 64, 128),
+        kv_layouts=frozenset({KVLayout.FLASH_NHD, KVLayout.VLLM_NHD, KVLayout.VLLM_HND}), block_sizes=(16, 32, 64, 128),
         # int8 / fp8 per token-head: vLLM 0.26's KVQuantMode with k_scale_cache / v_scale_cache
         # [num_blocks, block_size, H_kv] (its docstring); int4 needs a Hadamard rotation the oracle lacks.
         kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.INT8_PER_TOKEN_HEAD,

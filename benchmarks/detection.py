@@ -1,7 +1,8 @@
 """Planted-bug detection: examples and seconds to the first kill of each mutant, and false alarms
 of the correct backends in the same run. Usage: python benchmarks/detection.py [--seeds N] [--budget B]
 
-Each mutant is fuzzed with the same strategies a campaign uses (in-process, generation phase only),
+Each mutant is fuzzed with the same strategies a campaign uses, in its order (the warm-up shard's small cases,
+then every tier; in-process, generation phase only),
 once per seed; the table gives the median over seeds. Correct backends get the same budget.
 """
 from __future__ import annotations
@@ -23,7 +24,8 @@ from backends.naive import NaivePaged, mutants  # noqa: E402
 from backends.registry import listings  # noqa: E402
 from fuzz.compare import Verdict, evaluate  # noqa: E402
 from fuzz.ledger import known_for  # noqa: E402
-from fuzz.strategies import Limits, cases, limits_from_json  # noqa: E402
+from campaign.scheduler import WARMUP_SHARD  # noqa: E402
+from fuzz.strategies import Limits, cases, limits_from_json, warm_up  # noqa: E402
 
 
 class Killed(Exception):
@@ -31,25 +33,32 @@ class Killed(Exception):
 
 
 def first_kill(backend, seed_value: int, budget: int, limits: Limits = Limits()):
-    """(examples, seconds) to the first failing verdict, or None; plus failures seen."""
+    """(examples, seconds, verdict, message) of the first failing verdict, or None. As a campaign draws them:
+    the warm-up shard's WARMUP_SHARD small cases first, then the full strategy for the rest of the budget."""
     n = {"i": 0}
     start = time.perf_counter()
 
-    @seed(seed_value)
-    @settings(max_examples=budget, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(cases(backend.caps, limits))
-    def run(case):
-        known = known_for(backend.name, case)
-        if known is not None:
-            return
-        n["i"] += 1
-        row = evaluate(backend, case).row
-        if Verdict(row["verdict"]).is_failure:
-            raise Killed(n["i"], time.perf_counter() - start, row["verdict"], row.get("message", "")[:100])
+    def phase(strategy, examples: int) -> None:
+        @seed(seed_value)
+        @settings(max_examples=examples, database=None, deadline=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(strategy)
+        def run(case):
+            known = known_for(backend.name, case)
+            if known is not None:
+                return
+            n["i"] += 1
+            row = evaluate(backend, case).row
+            if Verdict(row["verdict"]).is_failure:
+                raise Killed(n["i"], time.perf_counter() - start, row["verdict"], row.get("message", "")[:100])
 
-    try:
         run()
+
+    warm = min(WARMUP_SHARD, budget)
+    try:
+        phase(cases(backend.caps, warm_up(limits)), warm)
+        if budget > warm:
+            phase(cases(backend.caps, limits), budget - warm)
     except Killed as k:
         return k.args
     return None

@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from .tasks import Task, TaskKind
 
 
+# Shard 0 of every backend is a short warm-up that the worker draws from the small size tier: shallow bugs
+# show in milliseconds before the tile-crossing and long-context tiers start costing time.
+WARMUP_SHARD = 20
+
+
 @dataclass
 class _Shard:
     size: int
@@ -174,6 +179,8 @@ class Scheduler:
             return None
         size = self.shard_size if self.examples is None else min(self.shard_size, self.examples - planned)
         j = max(shards, default=-1) + 1
+        if j == 0:
+            size = min(size, WARMUP_SHARD)
         if create:
             shards[j] = _Shard(size=size)
         return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0)

@@ -22,7 +22,7 @@ from backends.registry import get
 from fuzz.compare import Evaluation, base_row, evaluate
 from fuzz.judge import Verdict
 from fuzz.ledger import known_for
-from fuzz.strategies import Limits, cases
+from fuzz.strategies import Limits, cases, warm_up
 from reference.case import Case
 
 from .buckets import row_symptoms
@@ -104,13 +104,16 @@ class Worker:
         self._backends: dict[str, tuple[Any, Any, frozenset[str]]] = {}
 
     # --- shared pieces --------------------------------------------------------------------------
-    def _backend(self, name: str):
-        """(backend, strategy, fixed prefix) of `name`, built once per process."""
+    def _backend(self, name: str, shard: int = 1):
+        """(backend, strategy, fixed prefix) of `name` for `shard`, built once per process: shard 0 is the
+        warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers."""
         if name not in self._backends:
             backend = get(name, include_mutants=True, specs=self.config.specs)
             strategy = cases(backend.caps, self.limits)
-            self._backends[name] = (backend, strategy, self._fixed_prefix(strategy))
-        return self._backends[name]
+            warm = cases(backend.caps, warm_up(self.limits))
+            self._backends[name] = (backend, strategy, self._fixed_prefix(strategy), warm)
+        backend, strategy, prefix, warm = self._backends[name]
+        return backend, warm if shard == 0 else strategy, prefix
 
     @staticmethod
     def _fixed_prefix(strategy) -> frozenset[str]:
@@ -167,7 +170,7 @@ class Worker:
 
     # --- tasks ----------------------------------------------------------------------------------
     def _generate(self, task: Task, deadline: float | None) -> bool:
-        backend, strategy, prefix = self._backend(task.backend)
+        backend, strategy, prefix = self._backend(task.backend, task.shard)
         skip = prefix if task.shard > 0 else frozenset()
         state = {"index": 0, "stopped": False}
 
@@ -205,7 +208,7 @@ class Worker:
         return not state["stopped"] and state["index"] < task.size
 
     def _shrink(self, task: Task, deadline: float | None) -> None:
-        backend, strategy, prefix = self._backend(task.backend)
+        backend, strategy, prefix = self._backend(task.backend, task.shard)
         skip = prefix if task.shard > 0 else frozenset()
         target = tuple(task.signature) if task.signature else None
         where = {"backend": task.backend, "shard": task.shard, "index": task.target, "shard_size": task.size}

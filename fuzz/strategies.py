@@ -41,6 +41,11 @@ class Limits:
     attn_types: tuple[str, ...] | None = None  # e.g. ("kernel",): the raw-API region only
 
 
+def warm_up(limits: Limits) -> Limits:
+    """The limits of a campaign's warm-up shard: the small tier only, unless the limits already focus tiers."""
+    return limits if limits.tiers is not None else replace(limits, tiers=("small",))
+
+
 class LimitsError(ValueError):
     """A --limits value outside what Limits takes; the message names the key and what is allowed."""
 
@@ -153,6 +158,8 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
     elem_bytes = 1 if kvd.is_one_byte else dtype.torch.itemsize
     if head_size % (16 // elem_bytes) or head_size_v != head_size:
         layouts = [x for x in layouts if x != KVLayout.PAGED_V0]
+    if head_size_v != head_size or kvd == KVCacheDType.INT8_K_FP16_V:  # one packed last dimension
+        layouts = [x for x in layouts if x not in (KVLayout.VLLM_NHD, KVLayout.VLLM_HND)]
     if num_kv_heads != 1 or head_size_v > head_size or kvd.is_int8 or kvd.is_per_token_head:
         layouts = [x for x in layouts if x != KVLayout.MLA_LATENT]
     if not layouts:  # no declared layout can hold this draw (e.g. int8 kv without flash_hnd): never an invalid case

@@ -72,6 +72,9 @@ class KVLayout(Enum):
     FLASHINFER_HND = "flashinfer_hnd"  # [num_blocks, 2, H_kv, block_size, D]
     PAGED_V0 = "paged_v0"  # key [nb, H_kv, D/x, bs, x], value [nb, H_kv, D, bs]
     MLA_LATENT = "mla_latent"  # [nb, bs, kv_lora_rank + rope_dim]: one latent "head"; value = its prefix
+    # vLLM 0.26's packed cache: logical [nb, H_kv, bs, 2*D], K in [..., :D], V in [..., D:], stored NHD or HND
+    VLLM_NHD = "vllm_nhd"  # memory [nb, bs, H_kv, 2*D]
+    VLLM_HND = "vllm_hnd"  # memory [nb, H_kv, bs, 2*D]
 
 
 class BlockTableKind(Enum):
@@ -582,6 +585,10 @@ def _validate_cache(case: Case) -> None:
         _require(not q.kv_cache_dtype.is_int8 and q.k_scales == q.v_scales,
                  f"Case.cache.quant: layout mla_latent stores one tensor with one scale; kv_cache_dtype="
                  f"{q.kv_cache_dtype.value} must not be int8 and k_scales must equal v_scales")
+    if c.layout in (KVLayout.VLLM_NHD, KVLayout.VLLM_HND):
+        _require(case.value_size == case.head_size and q.kv_cache_dtype != KVCacheDType.INT8_K_FP16_V,
+                 f"Case.cache.layout={c.layout.value}: vLLM's packed cache holds K and V in one last dimension of "
+                 f"2 * head_size; head_size_v must equal head_size and kv_cache_dtype must not be int8_k_fp16_v")
     if c.layout == KVLayout.PAGED_V0:
         x = 16 // (1 if q.kv_cache_dtype.is_one_byte else case.dtype.torch.itemsize)
         _require(case.head_size % x == 0,

@@ -12,6 +12,8 @@ differ only in data (shape and permutation), never in indexing code.
 | flashinfer_hnd  | [num_blocks, 2, H_kv, block_size, D]            | cache[:, 0].permute(0,2,1,3) |
 | paged_v0        | key [nb, H_kv, D/x, bs, x], value [nb, H_kv, D, bs], x = 16 bytes / element |
 | mla_latent      | [num_blocks, block_size, kv_lora_rank + rope_dim] | cache[:, :, None, :]  (value: its first D_v) |
+| vllm_nhd        | logical [num_blocks, H_kv, block_size, 2·D] (vLLM 0.26's `get_kv_cache_shape`), memory [nb, bs, H_kv, 2·D] | cache.transpose(1, 2)[..., :D] (value: [..., D:]) |
+| vllm_hnd        | the same logical shape, memory [nb, H_kv, bs, 2·D] (contiguous)   | as vllm_nhd |
 
 With a leading layers dimension (vLLM's `get_kv_cache_stride_order(include_num_layers_dimension=True)`)
 one tensor holds L layers. Its logical shape puts layers first, its memory puts blocks first:
@@ -109,6 +111,12 @@ def allocate(layout: KVLayout, num_blocks: int, block_size: int, num_kv_heads: i
         key = canaries((nb, h, d // x, bs, x), key_dtype, device, finite)
         value = canaries((nb, h, dv, bs), value_dtype, device, finite)
         return PagedCache(layout, (key, value), d, dv)
+    if layout in (KVLayout.VLLM_NHD, KVLayout.VLLM_HND):  # K and V packed in the last dimension
+        if layout == KVLayout.VLLM_NHD:
+            packed = canaries((nb, bs, h, 2 * d), key_dtype, device, finite).transpose(1, 2)
+        else:
+            packed = canaries((nb, h, bs, 2 * d), key_dtype, device, finite)
+        return PagedCache(layout, (packed,), d, dv)
     if d != dv or key_dtype != value_dtype:
         if layout in (KVLayout.FLASH_NHD, KVLayout.FLASHINFER_NHD):
             shapes = ((nb, bs, h, d), (nb, bs, h, dv))
@@ -153,6 +161,9 @@ def _views(cache: PagedCache) -> tuple[Tensor, Tensor]:
     if layout == KVLayout.PAGED_V0:
         key, value = t
         return key.permute(0, 3, 1, 2, 4), value.permute(0, 3, 1, 2)  # [nb, bs, h, D/x, x], [nb, bs, h, D]
+    if layout in (KVLayout.VLLM_NHD, KVLayout.VLLM_HND):
+        canonical = t[0].transpose(1, 2)  # [nb, bs, H_kv, 2*D]
+        return canonical[..., : cache.head_size], canonical[..., cache.head_size:]
     hnd = layout in (KVLayout.FLASH_HND, KVLayout.FLASHINFER_HND)
     if len(t) == 2:
         k, v = t

@@ -142,3 +142,17 @@ def test_a_tampered_saved_case_is_rejected_by_validation_not_run(tmp_path):
     replayed = [r for r in rows if r.get("phase") == "replay"]
     assert replayed and replayed[0]["verdict"] == "unsupported" and "no longer valid" in replayed[0]["message"]
     assert len(_generated(rows)) == 2
+
+
+def test_the_warm_up_shard_draws_small_cases_and_the_rest_every_tier(tmp_path):
+    """Shard 0 of a backend is the warm-up: small cases only, so a shallow bug shows in milliseconds;
+    the shards after it draw every size tier."""
+    from campaign.scheduler import WARMUP_SHARD
+    from fuzz.strategies import Limits
+
+    rows = _generated(_campaign(tmp_path, ["torch-naive-paged"], WARMUP_SHARD + 60).rows)
+    warm = [r for r in rows if r["shard"] == 0]
+    later = [r for r in rows if r["shard"] > 0]
+    small = Limits().max_context + Limits().max_query  # the small tier's most keys
+    assert len(warm) == WARMUP_SHARD and max(r["max_kv_len"] for r in warm) <= small
+    assert max(r["max_kv_len"] for r in later) > small
