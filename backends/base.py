@@ -51,12 +51,12 @@ class Feature(Enum):
 
 
 ALL_FEATURES = frozenset(Feature)
+COMMON_HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
 
 
 def _same_slopes(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     """Equal as float32, the precision slopes reach a kernel in."""
     return torch.equal(torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32))
-COMMON_HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,8 @@ class NaivePaged(Backend):
             ok = ok & (qp // size - kp // size <= case.chunk_lookback)
         if case.global_prefix is not None:
             ok = ok & ((kp < case.global_prefix.prefix_lens[i]) | (qp - kp < case.global_prefix.window))
-        for start, end in (case.bidirectional_ranges or ((),) * (i + 1))[i]:
+        ranges = case.bidirectional_ranges[i] if case.bidirectional_ranges is not None else ()
+        for start, end in ranges:
             ok = ok | ((qp >= start) & (qp <= end) & (kp >= start) & (kp <= end))
         return ok
 

@@ -2,7 +2,7 @@
 
 | backend | function | cache |
 |---|---|---|
-| `vllm-fa3-paged` | `vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=3)` with `block_table` + `seqused_k`, window, soft-cap, `s_aux` sinks, fp8 with q/k/v descales, `num_splits`, LSE | flash_nhd views, or the K / V halves of vLLM 0.26's packed cache (vllm_nhd / vllm_hnd) |
+| `vllm-fa3-paged` | `vllm.vllm_flash_attn.flash_attn_varlen_func(fa_version=3)` with `block_table` + `seqused_k`, window, soft-cap, `s_aux` sinks, fp8 with q/k/v descales, `num_splits`, `get_scheduler_metadata` (an encoding), LSE | flash_nhd views, or the K / V halves of vLLM 0.26's packed cache (vllm_nhd / vllm_hnd) |
 | `vllm-triton-unified` | `v1/attention/ops/triton_unified_attention.unified_attention`: 2D (prefill) and 3D (split-KV decode) paths, ALiBi (signed and `use_alibi_sqrt`), sinks, soft-cap, windows, fp8 per tensor, per-sequence causality through raw-API cases | flash_nhd views, or the packed cache's halves |
 | `vllm-prefix-prefill` | `v1/attention/ops/prefix_prefill.context_attention_fwd`: new tokens contiguous, context from the v0 cache, ALiBi, sinks, window, fp8 | paged_v0 |
 | `vllm-triton-decode` | `v1/attention/ops/triton_decode_attention.decode_attention_fwd` (split-KV decode, `logit_cap`, LSE) | flash_nhd views |
@@ -76,6 +76,18 @@ def mask_rule_args(inputs: Inputs) -> dict:
     return kw
 
 
+def _aot_schedule(case, q, kw: dict, seqused_k, causal: bool):
+    """get_scheduler_metadata for exactly this call (FLASH_ATTN's builder makes the same call ahead of time)."""
+    from vllm.vllm_flash_attn import get_scheduler_metadata
+
+    return get_scheduler_metadata(
+        batch_size=len(case.sequences), max_seqlen_q=kw["max_seqlen_q"], max_seqlen_k=kw["max_seqlen_k"],
+        num_heads_q=case.num_heads, num_heads_kv=case.num_kv_heads, headdim=case.head_size, cache_seqlens=seqused_k,
+        qkv_dtype=q.dtype, headdim_v=case.value_size, cu_seqlens_q=kw["cu_seqlens_q"], page_size=case.cache.block_size,
+        causal=causal, window_size=tuple(kw.get("window_size") or (-1, -1)), has_softcap=bool(case.soft_cap),
+        num_splits=kw["num_splits"])
+
+
 def _flash_window(case) -> list[int]:
     """flash-attn's [left, right], -1 unbounded; a causal call's right side is 0."""
     left, right = case.window_bounds
@@ -96,6 +108,8 @@ class VllmBackend(Backend):
 class Fa3Paged(VllmBackend):
     """FA3 through vLLM's flash_attn_varlen_func over the paged cache."""
 
+    fa_version = 3
+
     def __init__(self, name: str = "vllm-fa3-paged") -> None:
         self.name = name
         self.description = "vllm_flash_attn.flash_attn_varlen_func (FA3): block_table + seqused_k, LSE"
@@ -107,7 +121,10 @@ class Fa3Paged(VllmBackend):
             kv_layouts=frozenset({KVLayout.FLASH_NHD, KVLayout.VLLM_NHD, KVLayout.VLLM_HND}), block_sizes=(16, 32, 64, 256),
             kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}), lse_base=LseBase.E,
             requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
-            encodings=(("num_splits", SPLITS), ("unbounded_window", ("minus_one", "none"))))
+            # scheduler: FA3 plans its own split (jit) or takes get_scheduler_metadata's plan, as FLASH_ATTN's
+            # metadata builder computes it ahead of time (aot)
+            encodings=(("num_splits", SPLITS), ("unbounded_window", ("minus_one", "none")),
+                       ("scheduler", ("jit", "aot"))))
         # Found on the H100: FA3 takes an fp8 cache only with an fp8 query ("query and key must have the
         # same dtype"): fp8 cases carry one (Q_FP8), quantized with its q_scale as vLLM does.
         self.caps = replace(self.caps, features=self.caps.features | {Feature.Q_FP8})
@@ -122,6 +139,10 @@ class Fa3Paged(VllmBackend):
             reasons.append("fp8 with dtype float16: FA3's fp8 path writes a bf16 output only")
         return reasons
 
+    def extra_args(self, case, dev, window) -> dict:
+        """Arguments a subclass adds to (or overrides in) the call."""
+        return {}
+
     def call(self, inputs: Inputs, q, k, v, *, causal: bool, seqused_k=None, cu_k=None, max_k: int,
              block_table=None, window=None, sinks=None, out=None):
         from vllm.vllm_flash_attn import flash_attn_varlen_func
@@ -130,7 +151,7 @@ class Fa3Paged(VllmBackend):
         dev = q.device
         kw = dict(max_seqlen_q=max(case.max_query_len, 1), cu_seqlens_q=cu_seqlens(case.query_lens, dev),
                   max_seqlen_k=max(max_k, 1), softmax_scale=case.softmax_scale, causal=causal,
-                  softcap=case.soft_cap or 0.0, return_softmax_lse=True, fa_version=3,
+                  softcap=case.soft_cap or 0.0, return_softmax_lse=True, fa_version=self.fa_version,
                   num_splits=int(case.encoding("num_splits", "0")))
         if window is not None and not (window == [-1, -1] and case.encoding("unbounded_window", "minus_one") == "none"):
             kw["window_size"] = window
@@ -146,6 +167,9 @@ class Fa3Paged(VllmBackend):
             kw.update(_descales(inputs, (len(case.sequences), case.num_kv_heads)))
             kw["q_descale"] = kw["q_descale"] * inputs.q_scale.to(dev)[0]
             q = inputs.query_fp8.to(dev)
+        if seqused_k is not None and case.encoding("scheduler", "jit") == "aot" and self.fa_version == 3:
+            kw["scheduler_metadata"] = _aot_schedule(case, q, kw, seqused_k, causal)
+        kw.update(self.extra_args(case, dev, window))
         result = flash_attn_varlen_func(q, k, v, **kw)
         return result if isinstance(result, tuple) else (result, None)
 

@@ -22,7 +22,6 @@ import torch
 from reference.case import DType, KVCacheDType
 from reference.inputs import Inputs
 
-from ._convert import cu_seqlens
 from .base import Backend, Feature
 from .vllm import Fa3Paged, range_tensor
 
@@ -32,13 +31,16 @@ FA4_HEADS = (64, 96, 128, 192, 256)
 class VllmFa4Paged(Fa3Paged):
     """vLLM's bundled FA4 through its own wrapper, over the paged cache."""
 
+    fa_version = 4
+
     def __init__(self) -> None:
         super().__init__("vllm-fa4-paged")
         self.description = "vllm_flash_attn.flash_attn_varlen_func(fa_version=4): vLLM's FA4, paged, mask_mods"
         self.module = "vllm.vllm_flash_attn.cute"
         features = (self.caps.features - {Feature.Q_FP8}) | {Feature.PREFIX_LM, Feature.GLOBAL_PREFIX}
         self.caps = replace(self.caps, features=features, head_sizes=FA4_HEADS, kv_cache_dtypes=frozenset(
-            {KVCacheDType.AUTO}), finite_canaries_only=True)
+            {KVCacheDType.AUTO}), finite_canaries_only=True,
+            encodings=tuple(e for e in self.caps.encodings if e[0] != "scheduler"))  # an FA3 scheduler only
 
     def availability(self) -> str | None:
         reason = super().availability()
@@ -59,25 +61,8 @@ class VllmFa4Paged(Fa3Paged):
                            "(a convention of its own: the Triton kernel applies both)")
         return reasons
 
-    def call(self, inputs: Inputs, q, k, v, *, causal: bool, seqused_k=None, cu_k=None, max_k: int,
-             block_table=None, window=None, sinks=None, out=None):
-        from vllm.vllm_flash_attn import flash_attn_varlen_func
-
-        case = inputs.case
-        dev = q.device
-        kw = dict(max_seqlen_q=max(case.max_query_len, 1), cu_seqlens_q=cu_seqlens(case.query_lens, dev),
-                  max_seqlen_k=max(max_k, 1), softmax_scale=case.softmax_scale, causal=causal,
-                  softcap=case.soft_cap or 0.0, return_softmax_lse=True, fa_version=4,
-                  num_splits=int(case.encoding("num_splits", "0")), seqused_k=seqused_k, block_table=block_table)
-        if window is not None and not (window == [-1, -1] and case.encoding("unbounded_window", "minus_one") == "none"):
-            kw["window_size"] = window
-        if sinks is not None:
-            kw["s_aux"] = sinks.to(dev, torch.bfloat16)
-        if out is not None:
-            kw["out"] = out
-        kw.update(_mask_mod(case, dev, window))
-        result = flash_attn_varlen_func(q, k, v, **kw)
-        return result if isinstance(result, tuple) else (result, None)
+    def extra_args(self, case, dev, window) -> dict:
+        return _mask_mod(case, dev, window)
 
 
 def _mask_mod(case, dev, window) -> dict:

@@ -101,7 +101,7 @@ class Worker:
         self.send = send
         self.should_stop = should_stop
         self.limits = Limits(**config.limits)
-        self._backends: dict[str, tuple[Any, Any, frozenset[str]]] = {}
+        self._backends: dict[str, tuple[Any, Any, frozenset[str], Any]] = {}
 
     # --- shared pieces --------------------------------------------------------------------------
     def _backend(self, name: str, shard: int = 1):

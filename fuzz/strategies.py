@@ -211,7 +211,8 @@ def block_sparse_params(draw) -> BlockSparse:
 @st.composite
 def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...], window: int | None) -> dict:
     """Case fields for vLLM's extra decoder mask rules, each where declared: chunk lookback (on a drawn
-    window), R-SWA (where no window was drawn: it replaces one), PrefixLM ranges around the context / new-token boundary, qq_bias."""
+    window), R-SWA (where no window was drawn: it replaces one), PrefixLM ranges around the context /
+    new-token boundary (and past the sequence's end: chunked prefill inside an image), qq_bias."""
     rules: dict = {}  # each rule is on at the largest draw, so shrinking (towards 0) switches it off
     if window is not None and _has(caps, Feature.CHUNK_LOOKBACK) and draw(st.integers(0, 2)) == 2:
         rules["chunk_lookback"] = draw(st.sampled_from([lb for lb in (0, 1, 2, 3) if window // (lb + 1) >= 1]))
