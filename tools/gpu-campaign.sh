@@ -76,7 +76,7 @@ for g in $PARTS; do
     replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)
       for f in benchmarks/results/cases/*.json; do
         b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
-        path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; esac
+        path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; vllm-backend-*|vllm-fa4-*) path=${PYTHONPATH:-}:/tmp/vdeps ;; esac
         echo "== $f ($b)" >> "$OUT/replays.txt"
         PYTHONPATH=$BASE:$path timeout 240 python3 -m cli replay "$f" >> "$OUT/replays.txt" 2>&1
         echo "exit $?" >> "$OUT/replays.txt"
@@ -84,7 +84,7 @@ for g in $PARTS; do
     sanitize)  # every saved crash / mismatch case of this campaign under compute-sanitizer memcheck, once
       for f in $(ls "$RES"/cases/*.json 2>/dev/null | head -n "${SANITIZE_MAX:-6}"); do
         b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
-        path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; esac
+        path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; vllm-backend-*|vllm-fa4-*) path=${PYTHONPATH:-}:/tmp/vdeps ;; esac
         echo "== $f ($b)" >> "$OUT/sanitize.txt"
         PYTHONPATH=$BASE:$path timeout 300 python3 -m cli replay "$f" --sanitize memcheck >> "$OUT/sanitize.txt" 2>&1
       done ;;
