@@ -49,7 +49,7 @@ def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bo
     for i, seq in enumerate(case.sequences):
         start, end = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
         k, v = sequence_kv(inputs, i, dtype)
-        mask = visible(case, seq).to(query.device)
+        mask = visible(case, seq, i).to(query.device)
         if mask_transform is not None:
             mask = mask_transform(mask)
         out, lse = attend_sequence(

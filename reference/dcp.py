@@ -47,7 +47,7 @@ def dcp_attention(inputs: Inputs, world: int, interleave: int = 1) -> Expected:
     outs, lses = [], []
     for i, seq in enumerate(case.sequences):
         k_all, v_all = sequence_kv(inputs, i, torch.float64)
-        mask = visible(case, seq)
+        mask = visible(case, seq, i)
         q_pos = query_positions(case, seq)
         states = []
         for rank in range(world):

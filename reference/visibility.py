@@ -108,11 +108,16 @@ def block_sparse_visible(q_pos: Tensor, k_pos: Tensor, sparse: BlockSparse, offs
 
 def _index_of(case: Case, seq: SequenceSpec) -> int:
     """Which sequence `seq` is (per-sequence rules are indexed; equal specs may differ in their ranges)."""
-    return next(i for i, s in enumerate(case.sequences) if s is seq)
+    same = [i for i, s in enumerate(case.sequences) if s is seq] or [i for i, s in enumerate(case.sequences) if s == seq]
+    if len(same) != 1:
+        raise ValueError(f"{seq!r}: pass the SequenceSpec object from case.sequences (per-sequence rules are indexed)")
+    return same[0]
 
 
-def visible(case: Case, seq: SequenceSpec) -> Tensor:
-    """Mask [num_heads or 1, query_len, kv_len] of the keys each query of `seq` may see."""
+def visible(case: Case, seq: SequenceSpec, index: int | None = None) -> Tensor:
+    """Mask [num_heads or 1, query_len, kv_len] of the keys each query of `seq` may see.
+
+    `index` (seq's place in case.sequences) picks its per-sequence rules; found from `seq` when omitted."""
     q_pos = query_positions(case, seq)[:, None]
     k_pos = torch.arange(kv_len(case.attn_type, seq), dtype=torch.int64)[None, :]
     mask = torch.ones(q_pos.shape[0], k_pos.shape[1], dtype=torch.bool)
@@ -124,10 +129,10 @@ def visible(case: Case, seq: SequenceSpec) -> Tensor:
         left, right = case.window_bounds
         mask &= window_visible(q_pos, k_pos, left, right)
     if case.global_prefix is not None:
-        prefix_len = case.global_prefix.prefix_lens[_index_of(case, seq)]
+        prefix_len = case.global_prefix.prefix_lens[_index_of(case, seq) if index is None else index]
         mask &= global_prefix_visible(q_pos, k_pos, prefix_len, case.global_prefix.window)
     if case.bidirectional_ranges is not None:  # (causal AND window) OR range, as vLLM and FlexAttention order it
-        mask |= ranges_visible(q_pos, k_pos, case.bidirectional_ranges[_index_of(case, seq)])
+        mask |= ranges_visible(q_pos, k_pos, case.bidirectional_ranges[_index_of(case, seq) if index is None else index])
     if case.attn_chunk_size is not None:
         mask &= chunk_visible(q_pos, k_pos, case.attn_chunk_size)
     mask = mask[None]

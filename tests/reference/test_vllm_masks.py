@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from hypothesis import given, strategies as st
 
 import reference as r
 from reference.case import Case, CaseError, GlobalPrefix, SequenceSpec
 from reference.visibility import visible
-
-import pytest
 
 
 @st.composite
@@ -90,7 +89,8 @@ def test_constant_qq_bias_shifts_lse_only(seqs, c):
     plain = r.attention(dataclasses.replace(inputs, case=case.replace(qq_bias=False), qq_bias=None))
     shifted = r.attention(flat)
     assert torch.allclose(shifted.output, plain.output, atol=1e-12)
-    assert torch.allclose(shifted.lse, plain.lse + c, atol=1e-12)
+    shift = float(flat.qq_bias[0, 0])  # c as the float32 bias holds it
+    assert torch.allclose(shifted.lse, plain.lse + shift, atol=1e-12)
 
 
 @given(st.integers(0, 12), st.integers(1, 5))
@@ -116,3 +116,16 @@ def test_qq_bias_skips_the_context(context, queries):
 def test_invalid_rules_name_their_field(changes, field):
     with pytest.raises(CaseError, match=field):
         Case(sequences=(SequenceSpec(query_len=2, context_len=3),), head_size=8, **changes)
+
+
+def test_one_spec_object_twice_keeps_each_sequences_own_rules():
+    """Per-sequence rules are indexed by place, not by the (possibly shared) SequenceSpec object."""
+    spec = SequenceSpec(query_len=2, context_len=3)
+    case = Case(sequences=(spec, spec), head_size=8, bidirectional_ranges=(((0, 4),), ()))
+    assert bool(visible(case, spec, 0)[0, 0, 4]) and not bool(visible(case, spec, 1)[0, 0, 4])
+    with pytest.raises(ValueError, match="case.sequences"):
+        visible(case, spec)
+    distinct = case.replace(sequences=(spec, SequenceSpec(query_len=2, context_len=3)))  # equal, not the same
+    assert torch.equal(r.attention(r.materialize(case)).output, r.attention(r.materialize(distinct)).output)
+    assert not torch.equal(r.attention(r.materialize(case)).output,
+                           r.attention(r.materialize(case.replace(bidirectional_ranges=((), ((0, 4),))))).output)
