@@ -20,6 +20,9 @@ def check(case: Case) -> None:
     """Raise ReproUnsupported for cases whose inputs need attnref's paged or quantized machinery."""
     if case.block_sparse is not None:
         raise ReproUnsupported("block_sparse cases need attnref's per-head layouts; replay them with attnref")
+    rules = sorted(case.features() & {"prefix_lm", "global_prefix", "chunk_lookback", "qq_bias"})
+    if rules:
+        raise ReproUnsupported(f"{', '.join(rules)}: vLLM's extra mask rules are not written out; replay with attnref")
     if case.cache is not None and case.kv_cache_dtype.value not in ("auto", "bfloat16", "float16"):
         raise ReproUnsupported(f"kv_cache_dtype={case.kv_cache_dtype.value}: quantized caches are not written out")
 

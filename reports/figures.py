@@ -118,7 +118,7 @@ def visibility_figure(case, seq: int, head: int) -> str | None:
 
     if not 0 <= seq < len(case.sequences):
         return None
-    mask = visible(case, case.sequences[seq])
+    mask = visible(case, case.sequences[seq], seq)
     m = mask[min(head, mask.shape[0] - 1)].numpy()
     if m.size == 0 or m.shape[0] * m.shape[1] > 4_000_000:
         return None

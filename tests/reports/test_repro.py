@@ -68,3 +68,6 @@ def test_cases_the_script_cannot_write_out_say_why():
         write_repro(sparse, "torch-naive-paged")
     with pytest.raises(ReproUnsupported, match="no repro template"):
         write_repro(WINDOW_BUG, "mutant-wrong-block-size")
+    ranged = WINDOW_BUG.replace(cache=CacheSpec(block_size=4), bidirectional_ranges=(((0, 6),),))
+    with pytest.raises(ReproUnsupported, match="prefix_lm"):  # never a script that silently drops the rule
+        write_repro(ranged, "torch-naive-paged")
