@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from backends.base import ALL_FEATURES, Capabilities, Feature
 
 from .sizes import TIER_WEIGHTS, TIERS, sequence_specs
-from reference.scores import standard_alibi_slopes as alibi_slopes
+from reference.scores import standard_alibi_slopes
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
                             CausalAlignment, GlobalPrefix,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
@@ -312,7 +312,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     if _has(caps, Feature.ALIBI) and draw(st.booleans()):
         convention = draw(st.sampled_from(sorted(caps.alibi_conventions, key=lambda c: c.value)))
         factor = 1.0 if caps.alibi_standard_slopes else draw(st.sampled_from([1.0, 0.25, 4.0]))
-        alibi = Alibi(tuple(s * factor for s in alibi_slopes(num_heads)), convention)
+        alibi = Alibi(tuple(s * factor for s in standard_alibi_slopes(num_heads)), convention)
     chunk = None
     if attn_type == AttentionType.DECODER:
         chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, st.sampled_from([1, 2, 4, 8, 16]) | st.integers(1, 40))

@@ -128,11 +128,12 @@ def visible(case: Case, seq: SequenceSpec, index: int | None = None) -> Tensor:
     else:
         left, right = case.window_bounds
         mask &= window_visible(q_pos, k_pos, left, right)
+    if index is None and (case.global_prefix is not None or case.bidirectional_ranges is not None):
+        index = _index_of(case, seq)
     if case.global_prefix is not None:
-        prefix_len = case.global_prefix.prefix_lens[_index_of(case, seq) if index is None else index]
-        mask &= global_prefix_visible(q_pos, k_pos, prefix_len, case.global_prefix.window)
+        mask &= global_prefix_visible(q_pos, k_pos, case.global_prefix.prefix_lens[index], case.global_prefix.window)
     if case.bidirectional_ranges is not None:  # (causal AND window) OR range, as vLLM and FlexAttention order it
-        mask |= ranges_visible(q_pos, k_pos, case.bidirectional_ranges[_index_of(case, seq) if index is None else index])
+        mask |= ranges_visible(q_pos, k_pos, case.bidirectional_ranges[index])
     if case.attn_chunk_size is not None:
         mask &= chunk_visible(q_pos, k_pos, case.attn_chunk_size)
     mask = mask[None]

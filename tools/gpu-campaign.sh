@@ -18,6 +18,10 @@ run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
   PYTHONPATH=$BASE:$path timeout $((secs + 90)) python3 -m cli fuzz $args --time "$secs" --workers "${WORKERS:-auto}" --quiet \
     --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" >> "$OUT/campaign.log" 2>&1
 }
+path_for() {  # path_for BACKEND: the PYTHONPATH its replay needs (xformers apart; vLLM's config code for some)
+  case $1 in xformers-*) echo /tmp/site-xf ;; vllm-backend-*|vllm-fa4-*) echo "${PYTHONPATH:-}:/tmp/vdeps" ;;
+             *) echo "${PYTHONPATH:-}" ;; esac
+}
 avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
   PYTHONPATH=$BASE:$1 python3 -m cli backends | awk -v re="$2" '$2 == "available" && $1 ~ re {print $1}'
 }
@@ -76,7 +80,7 @@ for g in $PARTS; do
     replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)
       for f in benchmarks/results/cases/*.json; do
         b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
-        path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; vllm-backend-*|vllm-fa4-*) path=${PYTHONPATH:-}:/tmp/vdeps ;; esac
+        path=$(path_for "$b")
         echo "== $f ($b)" >> "$OUT/replays.txt"
         PYTHONPATH=$BASE:$path timeout 240 python3 -m cli replay "$f" >> "$OUT/replays.txt" 2>&1
         echo "exit $?" >> "$OUT/replays.txt"
@@ -84,7 +88,7 @@ for g in $PARTS; do
     sanitize)  # every saved crash / mismatch case of this campaign under compute-sanitizer memcheck, once
       for f in $(ls "$RES"/cases/*.json 2>/dev/null | head -n "${SANITIZE_MAX:-6}"); do
         b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
-        path=${PYTHONPATH:-}; case $b in xformers-*) path=/tmp/site-xf ;; vllm-backend-*|vllm-fa4-*) path=${PYTHONPATH:-}:/tmp/vdeps ;; esac
+        path=$(path_for "$b")
         echo "== $f ($b)" >> "$OUT/sanitize.txt"
         PYTHONPATH=$BASE:$path timeout 300 python3 -m cli replay "$f" --sanitize memcheck >> "$OUT/sanitize.txt" 2>&1
       done ;;

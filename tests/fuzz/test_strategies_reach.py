@@ -97,8 +97,6 @@ def test_magnitudes_encodings_and_the_recent_class_are_drawn():
 
 
 def test_vllm_alibi_slopes_for_head_counts_that_are_not_powers_of_two():
-
-
     assert alibi_slopes(8) == tuple(2.0 ** (-i) for i in range(1, 9))
     # 6 heads: the 4-head series 2^-2, 2^-4, 2^-6, 2^-8, then odd powers of the 8-head base 2^-1: 2^-1, 2^-3
     assert alibi_slopes(6) == (0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125)
