@@ -4,6 +4,7 @@ Two backends, two code paths of one function:
 - `fa4-varlen`: packed queries and keys with cu_seqlens_q / cu_seqlens_k (contiguous K/V);
 - `fa4-paged`: the paged cache itself, `page_table` = the block table, `seqused_k` = seq_lens, K/V
   the flash_nhd key/value views `(num_blocks, block_size, H_kv, D)` (no copy).
+Kernel-level cases (any causal flag, window pair, q > k) go through both, `fa4-paged`'s through the page table.
 Windows are flash-attn's (left, right) with None unbounded; sinks are `learnable_sink`; soft-cap is
 `softcap`. ALiBi needs a CuTe score_mod and chunked local a mask_mod: not declared. FA4 documents
 that a page loaded by TMA is read whole, so a partially used last page must hold finite values:
@@ -16,6 +17,7 @@ the paged path's head dims (multiples of 16 without TMA pages).
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -30,6 +32,14 @@ HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
 FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT,
                       Feature.HEAD_SIZE_V, Feature.EMPTY_QUERY, Feature.MORE_QUERIES_THAN_KEYS})
 _SEEN_VARIANTS: set = set()
+# FA4 keeps the kernels it compiled on disk when this is set (flash_attn/cute/cache_utils.py, file-locked):
+# a campaign's workers then compile each variant once between them, not once each. A user's setting wins.
+CUTE_CACHE_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
+
+
+def share_compiled_kernels() -> None:
+    """Turn on FA4's on-disk kernel cache before its module is imported (it reads the variable then)."""
+    os.environ.setdefault(CUTE_CACHE_ENV, "1")
 
 
 def _variant(case) -> tuple:
@@ -53,7 +63,10 @@ class FA4(Backend):
             # Found by fuzzing: the paged path asserts "Paged KV does not support irregular head dim" for
             # head dims that are not multiples of 16 (40, 72) when pages are not loaded by TMA.
             common["head_sizes"] = tuple(h for h in HEAD_SIZES if h % 16 == 0)
-            self.caps = Capabilities(**common, attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+            # The raw API takes a page table with any causal flag, window pair or q > k (paged_kernel cases).
+            common["features"] = FEATURES | {Feature.PAGED_KERNEL}
+            self.caps = Capabilities(**common, attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER,
+                                                                     AttentionType.KERNEL}),
                                      kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 32, 64, 128, 256),
                                      requires_cache=True, reads_paged_cache=True, finite_canaries_only=True)
         else:
@@ -63,6 +76,7 @@ class FA4(Backend):
         return cuda_library_reason("flash_attn.cute", "flash-attn-4 (flash_attn.cute)")
 
     def run(self, inputs: Inputs) -> Actual:
+        share_compiled_kernels()
         from flash_attn.cute import flash_attn_varlen_func
 
         case = inputs.case

@@ -22,7 +22,8 @@ import torch
 from reference.case import DType, KVCacheDType
 from reference.inputs import Inputs
 
-from .base import Backend, Feature
+from .base import Actual, Backend, Feature
+from .fa4 import share_compiled_kernels
 from .vllm import Fa3Paged, range_tensor
 
 FA4_HEADS = (64, 96, 128, 192, 256)
@@ -60,6 +61,10 @@ class VllmFa4Paged(Fa3Paged):
             reasons.append("PrefixLM with R-SWA: FLASH_ATTN passes mask_mod=rswa or mm, dropping the ranges "
                            "(a convention of its own: the Triton kernel applies both)")
         return reasons
+
+    def run(self, inputs: Inputs) -> Actual:
+        share_compiled_kernels()  # vLLM's FA4 copy reads the same variable (vllm_flash_attn/cute/cache_utils.py)
+        return super().run(inputs)
 
     def extra_args(self, case, dev, window) -> dict:
         return _mask_mod(case, dev, window)

@@ -6,7 +6,11 @@ import json
 from pathlib import Path
 
 from fuzz.sizes import TIERS
+from fuzz.strategies import Limits
 from reference.case import AttentionType, CausalAlignment, ValueDistribution
+
+# Features only a kernel-level (raw API) case can have: a backend without that attention type never draws them.
+KERNEL_ONLY = frozenset({"paged_kernel", "top_left", "more_queries_than_keys"})
 
 
 def declarations(backend) -> dict[str, list[str]]:
@@ -17,8 +21,10 @@ def declarations(backend) -> dict[str, list[str]]:
         features |= {"paged"} | {f"kv_{k.value}" for k in c.kv_cache_dtypes if k.value != "auto"}
     if CausalAlignment.TOP_LEFT in c.causal_alignments and AttentionType.KERNEL in c.attn_types:
         features.add("top_left")
-    if not c.kv_layouts or AttentionType.KERNEL not in c.attn_types:
+    if not c.kv_layouts:
         features.discard("paged_kernel")
+    if AttentionType.KERNEL not in c.attn_types:
+        features -= KERNEL_ONLY
     features = sorted(features)
     return {
         "feature": features,
@@ -32,10 +38,30 @@ def declarations(backend) -> dict[str, list[str]]:
     }
 
 
-def write_declarations(out: Path, backends: list) -> None:
+def focused_out(declared: dict[str, list[str]], limits: Limits) -> dict[str, list[str]]:
+    """Declared values that a campaign's --limits focus leaves out (the map shows them apart, not as blind
+    spots). Mirrors the strategies' focus: a focus that keeps none of a dimension's values keeps them all."""
+    wanted = {"dtype": limits.dtypes, "kv_cache_dtype": limits.kv_cache_dtypes, "attn_type": limits.attn_types,
+              "size_tier": limits.tiers}
+    out: dict[str, list[str]] = {}
+    for dim, focus in wanted.items():
+        values = declared.get(dim, [])
+        if focus is not None and any(v in focus for v in values):
+            out[dim] = [v for v in values if v not in focus]
+    features = {f"kv_{k}" for k in out.get("kv_cache_dtype", [])}
+    if "kernel" in out.get("attn_type", []):
+        features |= KERNEL_ONLY
+    out["feature"] = sorted(features & set(declared.get("feature", [])))
+    return {dim: values for dim, values in out.items() if values}
+
+
+def write_declarations(out: Path, backends: list, limits: Limits = Limits()) -> None:
+    """OUT/declarations.json: {backend: {dimension: values, "_focused_out": {dimension: values}}}."""
     path = Path(out) / "declarations.json"
     known = json.loads(path.read_text()) if path.exists() else {}
-    known.update({b.name: declarations(b) for b in backends})
+    for b in backends:
+        declared = declarations(b)
+        known[b.name] = declared | {"_focused_out": focused_out(declared, limits)}
     path.write_text(json.dumps(known, indent=1))
 
 

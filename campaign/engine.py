@@ -370,10 +370,13 @@ def _declare(cfg: CampaignConfig) -> None:
     """Write what each backend declares (the report's coverage map compares draws with it)."""
     from backends.registry import get
 
+    from fuzz.strategies import Limits
+
     from .declarations import write_declarations
 
     try:
-        write_declarations(cfg.out, [get(name, include_mutants=True, specs=cfg.specs) for name in cfg.backends])
+        write_declarations(cfg.out, [get(name, include_mutants=True, specs=cfg.specs) for name in cfg.backends],
+                           Limits(**cfg.limits))
     except (KeyError, OSError):
         pass  # the campaign's own checks report unknown backends and unwritable directories
 

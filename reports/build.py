@@ -208,10 +208,12 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
 
 
 def _coverage_grid(coverage: pd.DataFrame) -> list[dict]:
-    """Per backend and dimension, its values as 'value drawn/failed' cells (declared and never drawn: flagged)."""
+    """Per backend and dimension, its values as 'value drawn/failed' cells (declared and never drawn: flagged;
+    left out by the campaign's focus: marked apart)."""
     grid = []
     for (backend, dimension), part in coverage.groupby(["backend", "dimension"], sort=False):
         grid.append(dict(backend=backend, dimension=dimension,
-                         cells=[dict(value=r.value, drawn=int(r.drawn), failed=int(r.failed), declared=bool(r.declared))
+                         cells=[dict(value=r.value, drawn=int(r.drawn), failed=int(r.failed), declared=bool(r.declared),
+                              in_focus=bool(r.in_focus))
                                 for r in part.itertuples()]))
     return grid

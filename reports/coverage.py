@@ -3,7 +3,8 @@
 Dimensions: features, argument encodings, size tiers, value classes, attention types, dtypes, kv-cache
 dtypes and layouts. The declared values come from `declarations.json`, which a campaign writes at its
 start (campaign/declarations.py); a declared value never drawn is a blind spot of the strategies,
-shown as 0, never left out.
+shown as 0, never left out. Values the campaign's --limits focus left out are kept, marked `in_focus`
+False: not drawn by choice, not a blind spot.
 """
 from __future__ import annotations
 
@@ -37,13 +38,18 @@ def _values(df: pd.DataFrame, dimension: str) -> pd.Series:
 
 def coverage_map(df: pd.DataFrame, declared: dict[str, dict[str, list[str]]]) -> pd.DataFrame:
     """Rows (backend, dimension, value, declared, drawn, failed, share): every declared value, drawn or not,
-    plus values drawn without being declared (which `not_supported_reasons` should have refused)."""
+    plus values drawn without being declared (which `not_supported_reasons` should have refused), and
+    whether the campaign's focus included the value (`in_focus`)."""
     g = df[df["phase"].fillna("generate") == "generate"] if not df.empty else df
     out = []
     for backend in sorted(set(g["backend"].dropna()) | set(declared)) if not g.empty else sorted(declared):
         rows = g[g["backend"] == backend] if not g.empty else g
         failed = rows["verdict"].isin(FAILURES) if not rows.empty else pd.Series(dtype=bool)
-        for dimension, values in (declared.get(backend) or {}).items():
+        dims = declared.get(backend) or {}
+        focused_out = dims.get("_focused_out", {})
+        for dimension, values in dims.items():
+            if dimension.startswith("_"):
+                continue
             drawn = _values(rows, dimension) if not rows.empty else pd.Series(dtype=object)
             counts, fails = {}, {}
             for vs, bad in zip(drawn, failed):
@@ -53,12 +59,13 @@ def coverage_map(df: pd.DataFrame, declared: dict[str, dict[str, list[str]]]) ->
             for value in sorted(set(values) | set(counts)):
                 out.append(dict(backend=backend, dimension=dimension, value=value, declared=value in values,
                                 drawn=counts.get(value, 0), failed=fails.get(value, 0),
-                                share=round(counts.get(value, 0) / max(len(rows), 1), 4)))
-    return pd.DataFrame(out, columns=["backend", "dimension", "value", "declared", "drawn", "failed", "share"])
+                                share=round(counts.get(value, 0) / max(len(rows), 1), 4),
+                                in_focus=value not in focused_out.get(dimension, [])))
+    return pd.DataFrame(out, columns=["backend", "dimension", "value", "declared", "drawn", "failed", "share", "in_focus"])
 
 
 def never_drawn(cov: pd.DataFrame) -> pd.DataFrame:
-    """Declared values no example drew: the strategies' blind spots for this campaign."""
+    """Declared values in the campaign's focus that no example drew: the strategies' blind spots."""
     if cov.empty:
         return cov
-    return cov[cov["declared"] & (cov["drawn"] == 0)]
+    return cov[cov["declared"] & cov["in_focus"] & (cov["drawn"] == 0)]

@@ -30,3 +30,23 @@ def test_a_short_campaign_on_the_cpu_paged_kernel_draws_everything_it_declares(t
     assert missing.empty, missing.to_string()
     tiers = cov[cov.dimension == "size_tier"].set_index("value")["share"]
     assert tiers["tile"] + tiers["long"] >= 0.3
+
+
+def test_values_left_out_by_the_focus_are_marked_apart_not_called_blind_spots():
+    from campaign.declarations import focused_out
+    from fuzz.strategies import Limits
+
+    declared = declarations(get("vllm-triton-unified"))
+    out = focused_out(declared, Limits(dtypes=("bfloat16",), kv_cache_dtypes=("auto",), attn_types=("decoder",)))
+    assert out["dtype"] == ["float16"] and "auto" not in out["kv_cache_dtype"] and "kernel" in out["attn_type"]
+    assert {"kv_fp8_e4m3", "paged_kernel", "more_queries_than_keys"} <= set(out["feature"])
+    assert focused_out(declared, Limits(dtypes=("float32",))) == {}  # a focus that keeps nothing keeps everything
+    rows = pd.DataFrame([dict(backend="k", phase="generate", verdict="pass", features="", dtype="bfloat16")])
+    cov = coverage_map(rows, {"k": {"dtype": ["bfloat16", "float16"], "_focused_out": {"dtype": ["float16"]}}})
+    assert set(cov.dimension) == {"dtype"} and never_drawn(cov).empty
+    assert not cov.set_index("value").loc["float16", "in_focus"]
+
+
+def test_kernel_only_features_are_not_declared_without_kernel_cases():
+    assert "more_queries_than_keys" not in declarations(get("flex-paged"))["feature"]
+    assert {"more_queries_than_keys", "paged_kernel"} <= set(declarations(get("fa4-paged"))["feature"])
