@@ -369,7 +369,6 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
 def _declare(cfg: CampaignConfig) -> None:
     """Write what each backend declares (the report's coverage map compares draws with it)."""
     from backends.registry import get
-
     from fuzz.strategies import Limits
 
     from .declarations import write_declarations

@@ -214,6 +214,6 @@ def _coverage_grid(coverage: pd.DataFrame) -> list[dict]:
     for (backend, dimension), part in coverage.groupby(["backend", "dimension"], sort=False):
         grid.append(dict(backend=backend, dimension=dimension,
                          cells=[dict(value=r.value, drawn=int(r.drawn), failed=int(r.failed), declared=bool(r.declared),
-                              in_focus=bool(r.in_focus))
+                                     in_focus=bool(r.in_focus))
                                 for r in part.itertuples()]))
     return grid
