@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from fuzz.sizes import TIERS
-from fuzz.strategies import Limits
+from fuzz.strategies import Limits, focus_values
 from reference.case import AttentionType, CausalAlignment, ValueDistribution
 
 # Features only a kernel-level (raw API) case can have: a backend without that attention type never draws them.
@@ -40,14 +40,13 @@ def declarations(backend) -> dict[str, list[str]]:
 
 def focused_out(declared: dict[str, list[str]], limits: Limits) -> dict[str, list[str]]:
     """Declared values that a campaign's --limits focus leaves out (the map shows them apart, not as blind
-    spots). Mirrors the strategies' focus: a focus that keeps none of a dimension's values keeps them all."""
+    spots): the strategies' own focus rule (a focus that keeps none of a dimension's values keeps them all)."""
     wanted = {"dtype": limits.dtypes, "kv_cache_dtype": limits.kv_cache_dtypes, "attn_type": limits.attn_types,
               "size_tier": limits.tiers}
     out: dict[str, list[str]] = {}
     for dim, focus in wanted.items():
-        values = declared.get(dim, [])
-        if focus is not None and any(v in focus for v in values):
-            out[dim] = [v for v in values if v not in focus]
+        kept = focus_values(declared.get(dim, []), focus)
+        out[dim] = [v for v in declared.get(dim, []) if v not in kept]
     features = {f"kv_{k}" for k in out.get("kv_cache_dtype", [])}
     if "kernel" in out.get("attn_type", []):
         features |= KERNEL_ONLY

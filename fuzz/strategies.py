@@ -86,7 +86,7 @@ _LIMIT_VALUES = {"dtypes": [d.value for d in DType], "kv_cache_dtypes": [k.value
                  "attn_types": [t.value for t in AttentionType], "head_sizes": [], "tiers": list(TIERS)}
 
 
-def _focus(declared, wanted, key=lambda x: x):
+def focus_values(declared, wanted, key=lambda x: x):
     """Sorted declared values, narrowed to `wanted` when that leaves any."""
     declared = sorted(declared, key=key)
     if wanted is None:
@@ -150,7 +150,7 @@ def shared_prefix(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...],
 def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_size: int,
                 head_size_v: int, block_size: int, limits: Limits = Limits()) -> CacheSpec:
     layouts = sorted(caps.kv_layouts, key=lambda x: x.value)
-    kv_dtypes = _focus(caps.kv_cache_dtypes, limits.kv_cache_dtypes, key=lambda x: x.value)
+    kv_dtypes = focus_values(caps.kv_cache_dtypes, limits.kv_cache_dtypes, key=lambda x: x.value)
     kv_dtypes = [d for d in kv_dtypes if d.value == dtype.value or d not in (KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16)]
     kvd = draw(st.sampled_from(kv_dtypes))
     if kvd.is_int8:
@@ -241,10 +241,10 @@ def _ranges(seq: SequenceSpec) -> st.SearchStrategy:
 @st.composite
 def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> Case:
     """A Case inside `caps`, sized by `limits`."""
-    attn_type = draw(st.sampled_from(_focus(caps.attn_types, limits.attn_types, key=lambda t: t.value)))
-    dtype = draw(st.sampled_from(_focus(caps.dtypes, limits.dtypes, key=lambda d: d.value)))
+    attn_type = draw(st.sampled_from(focus_values(caps.attn_types, limits.attn_types, key=lambda t: t.value)))
+    dtype = draw(st.sampled_from(focus_values(caps.dtypes, limits.dtypes, key=lambda d: d.value)))
     num_heads, num_kv_heads = draw(heads(caps, limits))
-    sizes = _focus(caps.head_sizes, limits.head_sizes)
+    sizes = focus_values(caps.head_sizes, limits.head_sizes)
     odd = [h for h in sizes if h & (h - 1)] or sizes  # not a power of two: padded tiles, tail masks
     head_size = draw(st.sampled_from(sizes) | st.just(sizes[-1]) | st.sampled_from(odd))
     head_size_v = None
