@@ -106,6 +106,14 @@ def per_sequence(inputs: Inputs, run_one: Callable[[int, Tensor, Tensor, Tensor]
     return torch.cat(outs), lse
 
 
+def alibi_query_term(case, slopes: Tensor) -> Tensor:
+    """[tokens, H] float32: slope * (the query's position among its sequence's keys), the term by which an
+    ALiBi bias of slope * k differs from slope * (k - q) (a per-row constant: it moves the LSE only)."""
+    positions = torch.cat([torch.arange(s.query_len, dtype=torch.float32) + case.query_offset(s)
+                           for s in case.sequences] or [torch.zeros(0)])
+    return positions[:, None] * slopes.float().cpu()[None, :]
+
+
 def lse_natural(lse: Tensor, base_two: bool) -> Tensor:
     """Convert a kernel's LSE to natural log (FlashInfer returns log2)."""
     return lse.float() / LOG2_E if base_two else lse.float()

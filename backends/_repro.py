@@ -9,7 +9,7 @@ library call, through `Backend.repro_kernel`.
 from __future__ import annotations
 
 from reference.case import Case
-from reference.inputs import RECENT_BOOST
+from reference.inputs import EDGE_MARGIN, RECENT_BOOST
 
 
 class ReproUnsupported(ValueError):
@@ -53,7 +53,15 @@ def draw_inputs(case: Case) -> str:
     dist = case.values.distribution.value
     c = case.cache
     shared = c.prefix_blocks * c.block_size if c is not None and c.table.value == "shared_prefix" else 0
-    lines = ["def draw_inputs():",
+    lines = [] if dist != "edge" else [
+        "def edge_amplitude(n):",
+        "    \"\"\"The last key's logit boost: log of the other keys' total weight, + 1, + their score sd.\"\"\"",
+        "    log_n = math.log(max(n - 1, 1))",
+        f"    s = {case.values.logit_scale!r} * math.sqrt(D) * SCALE",
+        "    log_total = log_n + s * s / 2 if s * s <= 2 * log_n else s * math.sqrt(2 * log_n)",
+        f"    return math.sqrt((log_total + {EDGE_MARGIN!r} + s) / SCALE)",
+        "", ""]
+    lines += ["def draw_inputs():",
              "    g = torch.Generator().manual_seed(SEED)",
              "    n = sum(s[0] for s in SEQS)",
              "    q = torch.randn(n, H, D, generator=g)"]
@@ -65,6 +73,15 @@ def draw_inputs(case: Case) -> str:
                   "    u = u / u.norm(dim=-1, keepdim=True).clamp(min=1e-12)",
                   f"    a = {RECENT_BOOST} ** 0.5 / SCALE ** 0.5",
                   "    q = q + a * u.repeat_interleave(GROUP, 0)[None]"]
+    if dist == "edge":  # each sequence's last key takes about 3/4 of its rows' weight (see edge_amplitude)
+        lines += ["    u = torch.randn(H_KV, D, generator=torch.Generator().manual_seed(SEED ^ 0x5EED))",
+                  "    u = u / u.norm(dim=-1, keepdim=True).clamp(min=1e-12)",
+                  "    uq = u.repeat_interleave(GROUP, 0)",
+                  "    q = q - (q * uq).sum(-1, keepdim=True) * uq",
+                  "    start = 0",
+                  "    for q_len, kv_len, _ in SEQS:",
+                  "        q[start:start + q_len] += edge_amplitude(kv_len) * uq",
+                  "        start += q_len"]
     lines += [
               f"    shared = {shared}  # keys every sequence shares (a shared-prefix block table)",
               "    prefix_k, prefix_v = torch.randn(shared, H_KV, D, generator=g), torch.randn(shared, H_KV, D_V, generator=g)",
@@ -82,6 +99,10 @@ def draw_inputs(case: Case) -> str:
         lines += ["        j = torch.arange(kv_len, dtype=torch.float32)",
                   "        ramp = torch.maximum((j / max(kv_len - 1, 1)) ** 2, torch.exp2(-(kv_len - 1 - j) / 4))",
                   "        k = k + a * ramp[:, None, None] * u[None]"]
+    elif dist == "edge":
+        lines += ["        if kv_len:",
+                  "            k = k - (k * u).sum(-1, keepdim=True) * u",
+                  "            k[-1] += edge_amplitude(kv_len) * u"]
     lines += ["        k[:shared], v[:shared] = prefix_k, prefix_v"]
     if c is not None and c.layout.value == "mla_latent":
         lines += ["        v = k[..., :D_V].clone()  # MLA: the value is the latent's first D_V dims"]

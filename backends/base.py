@@ -220,6 +220,11 @@ class Backend:
     library: str = "?"
     caps: Capabilities = Capabilities()
     description: str = ""
+    # Limits focus fields ("dtypes", "head_sizes", "kv_cache_dtypes") each of whose values is a separate JIT
+    # compile: a campaign gives every generation shard one combination of them (a compile slice) and keeps a
+    # worker on its slice, so its workers compile disjoint kernels instead of the same ones each.
+    compiled_per: tuple[str, ...] = ()
+    compiled_features: tuple[Feature, ...] = ()  # features whose presence is a separate compile: sliced alike
 
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing library, no GPU, ...)."""

@@ -51,6 +51,8 @@ def _variant(case) -> tuple:
 
 class FA4(Backend):
     library = "flash_attn.cute"
+    compiled_per = ("dtypes", "head_sizes")  # CuTe DSL: a compile per dtype, head dim and mask flags
+    compiled_features = (Feature.HEAD_SIZE_V, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)
 
     def __init__(self, name: str, paged: bool) -> None:
         self.name, self.paged = name, paged
@@ -73,6 +75,7 @@ class FA4(Backend):
             self.caps = Capabilities(**common, attn_types=frozenset(AttentionType))
 
     def availability(self) -> str | None:
+        share_compiled_kernels()  # before the import below: FA4 reads the variable once, at import
         return cuda_library_reason("flash_attn.cute", "flash-attn-4 (flash_attn.cute)")
 
     def run(self, inputs: Inputs) -> Actual:

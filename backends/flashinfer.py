@@ -24,7 +24,7 @@ import torch
 from reference.case import AlibiConvention, AttentionType, BlockTableKind, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
-from ._convert import first_call_note, lse_natural
+from ._convert import alibi_query_term, first_call_note, lse_natural
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 
 LAYOUT = {KVLayout.FLASHINFER_NHD: "NHD", KVLayout.FLASHINFER_HND: "HND", KVLayout.FLASH_NHD: "NHD",
@@ -71,6 +71,8 @@ def paged_kv(inputs: Inputs):
 
 class FlashInfer(Backend):
     library = "flashinfer"
+    compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # an nvcc JIT module per combination
+    compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)  # posenc, swa, logits cap
 
     def __init__(self, name: str, kind: str, option: str) -> None:
         self.name, self.kind, self.option = name, kind, option
@@ -133,7 +135,14 @@ class FlashInfer(Backend):
         if inputs.sinks is not None:
             run["sinks"] = inputs.sinks.to(dev)
         out, lse = wrapper.run(inputs.query, paged_kv(inputs), **run)
-        return Actual(output=out, lse=lse_natural(lse, base_two=True), notes=first_call_note(_SEEN, key, t0))
+        lse = lse_natural(lse, base_two=True)
+        if case.alibi is not None and self.kind == "decode":
+            # Measured on an H100 (benchmarks/results/session8-h100-2026-11-23.md): the decode kernels' LSE
+            # is the oracle's plus slope * (query position) on every head and row, to 3 decimals: their bias is
+            # slope * k, not slope * (k - q), a per-row constant the output does not see. The Case's LSE is
+            # the oracle's convention, so the adapter takes the constant off.
+            lse = lse - alibi_query_term(case, inputs.alibi_slopes).to(lse.device)
+        return Actual(output=out, lse=lse, notes=first_call_note(_SEEN, key, t0))
 
 
 class FlashInferCascade(Backend):

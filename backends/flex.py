@@ -46,6 +46,8 @@ class FlexBackend(Backend):
 
     def __init__(self, name: str, compiled: bool, device: str, kernel: str | None = None) -> None:
         self.name, self.compiled, self._device, self.kernel = name, compiled, device, kernel
+        self.compiled_per = ("dtypes", "head_sizes") if compiled else ()  # inductor compiles per dtype and shape
+        self.compiled_features = (Feature.ALIBI, Feature.SOFT_CAP, Feature.WINDOW) if compiled else ()  # and mods
         self.description = ("flex_attention " + ("through torch.compile" if compiled else "eager") +
                             ", one packed call, document mask_mod, ALiBi/soft-cap score_mod" +
                             (f", kernel_options BACKEND={kernel!r}" if kernel else ""))

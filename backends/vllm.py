@@ -187,6 +187,8 @@ class Fa3Paged(VllmBackend):
 
 
 class TritonUnified(VllmBackend):
+    compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton: dtypes and head sizes are constexprs
+    compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)  # and USE_* flags
     """unified_attention, vLLM's Triton kernel for every batch shape (2D and 3D split-KV paths)."""
 
     name = "vllm-triton-unified"
@@ -299,6 +301,8 @@ def triton_padded(n: int) -> int:
 
 
 class PrefixPrefill(VllmBackend):
+    compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton
+    compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.WINDOW)
     """context_attention_fwd: new tokens from contiguous k/v, the context from vLLM's v0 paged cache."""
 
     name = "vllm-prefix-prefill"
@@ -342,6 +346,8 @@ class PrefixPrefill(VllmBackend):
 
 
 class TritonDecode(VllmBackend):
+    compiled_per = ("dtypes", "head_sizes")  # Triton
+    compiled_features = (Feature.SOFT_CAP,)
     """decode_attention_fwd: one query per sequence, the keys split in `num_kv_splits` partial states."""
 
     name = "vllm-triton-decode"

@@ -33,6 +33,8 @@ class VllmFa4Paged(Fa3Paged):
     """vLLM's bundled FA4 through its own wrapper, over the paged cache."""
 
     fa_version = 4
+    compiled_per = ("dtypes", "head_sizes")  # vLLM's FA4 is CuTe DSL too
+    compiled_features = (Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)
 
     def __init__(self) -> None:
         super().__init__("vllm-fa4-paged")
@@ -62,8 +64,12 @@ class VllmFa4Paged(Fa3Paged):
                            "(a convention of its own: the Triton kernel applies both)")
         return reasons
 
+    def availability(self) -> str | None:
+        share_compiled_kernels()  # vLLM's FA4 copy reads the same variable, once, at import (its cache_utils.py)
+        return super().availability()
+
     def run(self, inputs: Inputs) -> Actual:
-        share_compiled_kernels()  # vLLM's FA4 copy reads the same variable (vllm_flash_attn/cute/cache_utils.py)
+        share_compiled_kernels()
         return super().run(inputs)
 
     def extra_args(self, case, dev, window) -> dict:

@@ -54,7 +54,8 @@ class XformersOp(Backend):
         features = {Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT}
         if name == "xformers-cutlass":
             features.add(Feature.HEAD_SIZE_V)
-        if self.paged:
+        if self.paged:  # split-K is a Triton kernel: a compile per dtype and head size
+            self.compiled_per = ("dtypes", "head_sizes")
             self.caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
                                      head_sizes=(64, 128, 256), features=frozenset(features - {Feature.WINDOW}),
                                      attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),

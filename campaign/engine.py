@@ -47,6 +47,7 @@ class CampaignConfig:
     ray_address: str | None = None  # None: local processes; "" / "local": a local Ray; else a cluster
     use_ray: bool = False
     progress: bool = True
+    compile_slices: bool = False  # see campaign.scheduler: more examples/s on JIT backends, fewer combinations early
 
 
 @dataclass
@@ -86,7 +87,7 @@ class Driver:
                                    max(10, min(100, math.ceil(cfg.examples * len(cfg.backends) / workers))))
         replays = saved_cases(cfg.out, cfg.backends) if cfg.replay_saved else {}
         self.scheduler = Scheduler(cfg.backends, examples=cfg.examples, shard_size=shard, done=done,
-                                   replays=replays, max_shrinking=max(1, workers // 4))
+                                   replays=replays, max_shrinking=max(1, workers // 4), slices=_slice_counts(cfg))
         self.buckets = Buckets(per_bucket=cfg.shrink_per_bucket)
         for row in earlier:  # a resumed campaign keeps what it knew of its buckets
             if row.get("phase") == "minimal" and is_new_failure(row):
@@ -353,7 +354,7 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
     threads = max(1, available_cores() // slots)
     wcfg = WorkerConfig(seed=cfg.seed, limits=cfg.limits, specs=cfg.specs, threads=threads,
                         oracle_cpu_max=cfg.oracle_cpu_max if cfg.oracle_cpu_max is not None else ORACLE_CPU_MAX,
-                        shrink_seconds=cfg.shrink_seconds)
+                        shrink_seconds=cfg.shrink_seconds, compile_slices=cfg.compile_slices)
     if cfg.use_ray:
         from .ray_pool import RayPool
 
@@ -364,6 +365,22 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
         plumbing = LocalPool(wcfg, slots=slots, gpus=gpus, log_dir=Path(cfg.out) / "logs",
                              tag=str(Path(cfg.out).resolve()))
     return Driver(cfg, plumbing, wcfg).run()
+
+
+def _slice_counts(cfg: CampaignConfig) -> dict[str, int]:
+    """The number of compile slices of each JIT backend of the campaign (the workers cut them alike)."""
+    from backends.registry import get
+    from fuzz.strategies import Limits, compile_slices
+
+    out: dict[str, int] = {}
+    for name in cfg.backends if cfg.compile_slices else []:
+        try:
+            backend = get(name, include_mutants=True, specs=cfg.specs)
+        except KeyError:
+            continue  # the campaign's own checks report unknown backends
+        slices = compile_slices(backend.caps, Limits(**cfg.limits), backend.compiled_per, backend.compiled_features)
+        out[name] = len(slices)
+    return out
 
 
 def _declare(cfg: CampaignConfig) -> None:

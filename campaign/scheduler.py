@@ -11,9 +11,16 @@ on it, then the fewest examples so far, so backends run side by side and, with f
 backends, take turns; remaining ties go to the backend the worker ran last (a JIT library's
 compiled kernels live in that process). A shard cut short (deadline, dead worker) continues where
 it stopped; with an example budget, shards are added until every backend has exactly that many.
+
+With --compile-slices, a JIT backend's space is cut into compile slices (Backend.compiled_per and
+compiled_features: one dtype, head size, kv dtype and set of compile-keyed features each): shard j >= 1
+draws from slice (j - 1) % n, and a worker gets shards of the slice it drew last
+until that slice is SLICE_SLACK shards ahead of the least-drawn one, so each variant compiles in a few
+workers, not in all. A slice whose shard ran out of cases is not drawn again.
 """
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
@@ -23,6 +30,7 @@ from .tasks import Task, TaskKind
 # Shard 0 of every backend is a short warm-up that the worker draws from the small size tier: shallow bugs
 # show in milliseconds before the tile-crossing and long-context tiers start costing time.
 WARMUP_SHARD = 20
+SLICE_SLACK = 2
 
 
 @dataclass
@@ -37,10 +45,14 @@ class Scheduler:
     def __init__(self, backends: list[str], *, examples: int | None, shard_size: int = 100,
                  done: dict[tuple[str, int], tuple[int, int]] | None = None,
                  replays: dict[str, tuple[str, ...]] | None = None, max_shrinking: int = 1,
-                 shrink_share: float = 0.25) -> None:
+                 shrink_share: float = 0.25, slices: dict[str, int] | None = None) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
-        shard size) from an earlier run being resumed; `replays`: saved case JSONs per backend."""
+        shard size) from an earlier run being resumed; `replays`: saved case JSONs per backend;
+        `slices`: the number of compile slices per JIT backend (others: 1)."""
         self.backends = list(backends)
+        self.slices = {b: max(1, (slices or {}).get(b, 1)) for b in self.backends}
+        self.spent: dict[str, set[int]] = {b: set() for b in self.backends}  # slices hypothesis ran out of
+        self.last_slice: dict[int, tuple[str, int | None]] = {}
         self.examples = examples
         self.shard_size = max(1, shard_size)
         self.max_shrinking = max(1, max_shrinking)
@@ -85,6 +97,8 @@ class Scheduler:
             s.running = False
             if exhausted and s.done < s.size:  # the budget moves on to a new shard
                 s.size = s.done
+            if exhausted and self.slice_of(task.backend, task.shard) is not None:
+                self.spent[task.backend].add(self.slice_of(task.backend, task.shard))
             s.closed = s.done >= s.size
         self.idle.append(wid)
 
@@ -125,6 +139,7 @@ class Scheduler:
             self.running[wid] = task
             if task.kind == TaskKind.GENERATE:
                 self.shards[task.backend][task.shard].running = True
+                self.last_slice[wid] = (task.backend, self.slice_of(task.backend, task.shard))
             self.last_backend[wid] = task.backend
             out.append((wid, task))
         return out
@@ -158,7 +173,7 @@ class Scheduler:
             return None
         warm = self.last_backend.get(wid)
         backend = min(choices, key=lambda b: (active[b], self.generated(b), b != warm, self.backends.index(b)))
-        return self._generate_for(backend, create=True)
+        return self._generate_for(backend, create=True, wid=wid)
 
     def _may_shrink(self, backend: str) -> bool:
         if backend not in self.shrunk_backends:
@@ -167,10 +182,34 @@ class Scheduler:
             return True
         return all(b in self.broken or self._generate_for(b) is None for b in self.backends)  # nothing else to do
 
-    def _generate_for(self, backend: str, create: bool = False) -> Task | None:
-        """The next generation task of `backend`: an unfinished shard first, else a new shard."""
+    def slice_of(self, backend: str, shard: int) -> int | None:
+        """The compile slice shard `shard` draws from (None: the warm-up shard, or no slices)."""
+        n = self.slices[backend]
+        return None if n == 1 or shard == 0 else (shard - 1) % n
+
+    def _slice_for(self, backend: str, wid: int | None) -> int | None:
+        """The slice of `backend`'s next new shard for worker `wid`: its last one while that is at most
+        SLICE_SLACK shards ahead of the least-drawn live slice, else the least-drawn (None: all spent)."""
+        live = [p for p in range(self.slices[backend]) if p not in self.spent[backend]]
+        if not live:
+            return None
+        count = dict.fromkeys(live, 0)
+        for j in self.shards[backend]:
+            if self.slice_of(backend, j) in count:
+                count[self.slice_of(backend, j)] += 1
+        last = self.last_slice.get(wid) if wid is not None else None
+        mine = last[1] if last is not None and last[0] == backend else None
+        if mine in count and count[mine] <= min(count.values()) + SLICE_SLACK:
+            return mine
+        return min(live, key=lambda p: (count[p], p))
+
+    def _generate_for(self, backend: str, create: bool = False, wid: int | None = None) -> Task | None:
+        """The next generation task of `backend`: an unfinished shard first (of `wid`'s last slice if
+        any), else a new shard."""
         shards = self.shards[backend]
-        for j in sorted(shards):
+        last = self.last_slice.get(wid) if wid is not None else None
+        mine = last[1] if last is not None and last[0] == backend else None
+        for j in sorted(shards, key=lambda j: (self.slice_of(backend, j) != mine, j)):
             s = shards[j]
             if not s.closed and not s.running and s.done < s.size:
                 return Task(TaskKind.GENERATE, backend, shard=j, size=s.size, start=s.done)
@@ -181,6 +220,11 @@ class Scheduler:
         j = max(shards, default=-1) + 1
         if j == 0:
             size = min(size, WARMUP_SHARD)
+        elif self.slices[backend] > 1:
+            p = self._slice_for(backend, wid)
+            if p is None:
+                return None
+            j = next(j for j in itertools.count(1) if j not in shards and (j - 1) % self.slices[backend] == p)
         if create:
             shards[j] = _Shard(size=size)
         return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0)

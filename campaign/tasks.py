@@ -70,11 +70,12 @@ class WorkerConfig:
     oracle_cpu_max: int = 1 << 16  # score elements up to which the oracle runs on the CPU (see fuzz.compare)
     shrink_seconds: float = 20.0  # time one shrink may take before it keeps the smallest case so far
     shrink_examples: int = 300  # shrink evaluations before the same
+    compile_slices: bool = False  # JIT backends' shards draw from one compile slice each (campaign.scheduler)
 
     def to_dict(self) -> dict:
         return {"seed": self.seed, "limits": self.limits, "specs": list(self.specs), "threads": self.threads,
                 "oracle_cpu_max": self.oracle_cpu_max, "shrink_seconds": self.shrink_seconds,
-                "shrink_examples": self.shrink_examples}
+                "shrink_examples": self.shrink_examples, "compile_slices": self.compile_slices}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkerConfig":
@@ -82,7 +83,8 @@ class WorkerConfig:
         return cls(seed=d.get("seed", default.seed), limits=d.get("limits") or {}, specs=tuple(d.get("specs") or ()),
                    threads=d.get("threads", default.threads), oracle_cpu_max=d.get("oracle_cpu_max", default.oracle_cpu_max),
                    shrink_seconds=d.get("shrink_seconds", default.shrink_seconds),
-                   shrink_examples=d.get("shrink_examples", default.shrink_examples))
+                   shrink_examples=d.get("shrink_examples", default.shrink_examples),
+                   compile_slices=d.get("compile_slices", default.compile_slices))
 
 
 def cores() -> int:

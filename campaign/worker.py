@@ -23,7 +23,7 @@ from backends.registry import get
 from fuzz.compare import Evaluation, base_row, evaluate
 from fuzz.judge import Verdict
 from fuzz.ledger import known_for
-from fuzz.strategies import Limits, cases, warm_up
+from fuzz.strategies import Limits, cases, compile_slices, warm_up
 from reference.case import Case
 
 from .buckets import row_symptoms
@@ -122,19 +122,26 @@ class Worker:
         self.send = send
         self.should_stop = should_stop
         self.limits = Limits(**config.limits)
-        self._backends: dict[str, tuple[Any, Any, frozenset[str], Any]] = {}
+        self._backends: dict[str, tuple[Any, list[Limits]]] = {}
+        self._strategies: dict[tuple[str, int], tuple[Any, frozenset[str]]] = {}
 
     # --- shared pieces --------------------------------------------------------------------------
     def _backend(self, name: str, shard: int = 1):
         """(backend, strategy, fixed prefix) of `name` for `shard`, built once per process: shard 0 is the
-        warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers."""
+        warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers;
+        a JIT backend's later shards draw from their compile slice (campaign.scheduler)."""
         if name not in self._backends:
             backend = get(name, include_mutants=True, specs=self.config.specs)
-            strategy = cases(backend.caps, self.limits)
-            warm = cases(backend.caps, warm_up(self.limits))
-            self._backends[name] = (backend, strategy, self._fixed_prefix(strategy), warm)
-        backend, strategy, prefix, warm = self._backends[name]
-        return backend, warm if shard == 0 else strategy, prefix
+            slices = (compile_slices(backend.caps, self.limits, backend.compiled_per, backend.compiled_features)
+                      if self.config.compile_slices else [self.limits])
+            self._backends[name] = (backend, slices)
+        backend, slices = self._backends[name]
+        which = -1 if shard == 0 else (shard - 1) % len(slices)
+        if (name, which) not in self._strategies:
+            strategy = cases(backend.caps, warm_up(self.limits) if shard == 0 else slices[which])
+            self._strategies[name, which] = (strategy, self._fixed_prefix(strategy) if shard else frozenset())
+        strategy, prefix = self._strategies[name, which]
+        return backend, strategy, prefix
 
     @staticmethod
     def _fixed_prefix(strategy) -> frozenset[str]:
@@ -193,7 +200,7 @@ class Worker:
     # --- tasks ----------------------------------------------------------------------------------
     def _generate(self, task: Task, deadline: float | None) -> bool:
         backend, strategy, prefix = self._backend(task.backend, task.shard)
-        fresh = _Fresh(prefix if task.shard > 0 else frozenset())
+        fresh = _Fresh(prefix)
         state = {"index": 0, "stopped": False}
 
         def one(case: Case) -> None:
@@ -231,7 +238,7 @@ class Worker:
 
     def _shrink(self, task: Task, deadline: float | None) -> None:
         backend, strategy, prefix = self._backend(task.backend, task.shard)
-        fresh = _Fresh(prefix if task.shard > 0 else frozenset())
+        fresh = _Fresh(prefix)
         target = tuple(task.signature) if task.signature else None
         where = {"backend": task.backend, "shard": task.shard, "index": task.target, "shard_size": task.size}
         state: dict[str, Any] = {"index": 0, "found": False, "gone": False, "best": None, "evals": 0, "t0": None}

@@ -78,7 +78,8 @@ def _cmd_fuzz(a) -> int:
                          limits=json.loads(a.limits), workers=a.workers,
                          shard_size=a.shard_size, shrink_per_bucket=a.shrink_per_bucket,
                          oracle_cpu_max=a.oracle_cpu_max, replay_saved=not a.no_replay,
-                         use_ray=a.ray is not None, ray_address=a.ray or None, progress=not a.quiet)
+                         use_ray=a.ray is not None, ray_address=a.ray or None, progress=not a.quiet,
+                         compile_slices=a.compile_slices)
     if cfg.use_ray:
         import importlib.util
 
@@ -131,7 +132,7 @@ def _cmd_replay(a) -> int:
     if a.sanitize:
         from .sanitize import replay_sanitized
 
-        return replay_sanitized(a.case, name, a.sanitize, tuple(a.backend_spec))
+        return replay_sanitized(a.case, name, a.sanitize, tuple(a.backend_spec), timeout=a.sanitize_timeout)
     row = evaluate(backend, case, device=a.device).row
     keep = ("verdict", "message", "symptoms", "max_err", "limit", "mean_err", "mean_limit", "lse_max_err", "lse_limit",
             "worst_seq", "worst_token", "worst_head", "worst_dim", "contract")
@@ -234,6 +235,10 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--oracle-cpu-max", type=int, help="score elements up to which the oracle runs on the CPU")
     f.add_argument("--no-replay", action="store_true", help="do not replay the minimal cases saved in OUT/cases first")
     f.add_argument("--quiet", action="store_true", help="no live progress line")
+    f.add_argument("--compile-slices", action="store_true",
+                   help="JIT backends (FA4, FlashInfer, Triton): each shard draws one dtype / head size / set of "
+                        "compile-keyed features, a worker stays on it: 4-4.6x the examples/s of FA4 on an H100, "
+                        "but fewer combinations in a short run (for long false-alarm runs)")
     f.add_argument("--example-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
     f.add_argument("--mutants", action="store_true", help="allow mutant-* backends")
     f.add_argument("--limits", default="{}", help="JSON of fuzz.strategies.Limits: sizes, and a focus "
@@ -251,6 +256,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--device")
     r.add_argument("--sanitize", nargs="?", const="memcheck", choices=["memcheck", "racecheck", "initcheck", "synccheck"],
                    help="run the case under NVIDIA compute-sanitizer (default tool: memcheck)")
+    r.add_argument("--sanitize-timeout", type=float, default=900.0, metavar="SECONDS",
+                   help="stop the sanitized run after this long (a JIT compile under the sanitizer is slow); the "
+                        "case file records the timeout")
     r.set_defaults(func=_cmd_replay)
 
     rep = sub.add_parser("report", help="tables, JUnit XML, Markdown and the HTML report from a results dir")

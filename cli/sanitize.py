@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import re
 import shutil
 import subprocess
@@ -24,6 +25,12 @@ def find_sanitizer() -> str | None:
     return found or next((p for p in CANDIDATES if os.access(p, os.X_OK)), None)
 
 
+def error_kinds(report: str) -> dict[str, int]:
+    """How often each kind of kernel error was reported ('Invalid __shared__ write of size 16 bytes': 66)."""
+    kinds = re.findall(r"^=========\s+((?:Invalid|Race|Uninitialized|Barrier|Misaligned)[^\n]*?)\s*$", report, re.M)
+    return dict(Counter(kinds).most_common())
+
+
 def error_count(report: str) -> int:
     """Errors compute-sanitizer reported ('ERROR SUMMARY: N errors'; 0 when it found none)."""
     m = re.search(r"ERROR SUMMARY:\s*(\d+)", report)
@@ -37,16 +44,20 @@ def replay_sanitized(case_path: str, backend: str, tool: str, specs: tuple[str, 
         raise UsageError("--sanitize: compute-sanitizer not found (it ships with the CUDA toolkit; put it on PATH)")
     report_path = Path(case_path).with_suffix(f".sanitize-{tool}.txt")
     spec_args = [a for s in specs for a in ("--backend-spec", s)]
-    cmd = [sanitizer, "--tool", tool, "--error-exitcode", "99", "--log-file", str(report_path),
-           sys.executable, "-m", "cli", *spec_args, "replay", case_path, "--backend", backend]
+    # API errors off: torch's and the JIT libraries' driver probes (cuGetProcAddress) are not kernel findings
+    cmd = [sanitizer, "--tool", tool, "--report-api-errors", "no", "--error-exitcode", "99",
+           "--log-file", str(report_path), sys.executable, "-m", "cli", *spec_args, "replay", case_path, "--backend", backend]
+    timed_out = False
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         status = done.returncode
     except subprocess.TimeoutExpired:
-        status = -1
+        status, timed_out = -1, True
     report = report_path.read_text(errors="replace") if report_path.exists() else ""
     errors = error_count(report)
-    summary = {"tool": tool, "errors": errors, "report": str(report_path), "exit": status}
+    summary = {"tool": tool, "errors": errors, "kinds": error_kinds(report), "report": str(report_path), "exit": status}
+    if timed_out:
+        summary["timed_out_after_s"] = timeout
     try:
         payload = json.loads(Path(case_path).read_text())
         if isinstance(payload, dict) and "case" in payload:

@@ -61,6 +61,8 @@ class ValueDistribution(Enum):
     OUTLIERS = "outliers"  # a few channels and tokens 20x larger: stresses the running max
     SHARP = "sharp"  # keys are near-duplicates of a few prototypes: peaked, near-tied softmax
     RECENT = "recent"  # a recency bias, as trained decoders have: the latest keys carry weight, mask edges show
+    EDGE = "edge"  # each sequence's last key holds about 3/4 of the weight at any length and logit scale: the key a
+    #                full row's one-key mask shift drops (cross attention over thousands of keys is not blind)
 
 
 class KVLayout(Enum):

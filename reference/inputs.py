@@ -5,6 +5,7 @@ Case gives bit-identical tensors on any machine and device.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -150,6 +151,12 @@ def _draw_queries(case: Case, gen: torch.Generator) -> Tensor:
     if case.values.distribution == ValueDistribution.RECENT:
         u, a = recency_direction(case)
         q = q + a * u.repeat_interleave(case.num_heads // case.num_kv_heads, 0)[None]
+    elif case.values.distribution == ValueDistribution.EDGE:
+        u = recency_direction(case)[0].repeat_interleave(case.num_heads // case.num_kv_heads, 0)  # [H, D]
+        q = without_direction(q, u)
+        starts = [0, *itertools.accumulate(case.query_lens)]
+        for i, n in enumerate(case.kv_lens):
+            q[starts[i]:starts[i + 1]] += edge_amplitude(case, n) * u
     return q
 
 
@@ -177,6 +184,10 @@ def _draw_keys_values(case: Case, gen: torch.Generator) -> tuple[list[Tensor], l
         elif case.values.distribution == ValueDistribution.RECENT:
             u, a = recency_direction(case)
             k = k + a * recency_ramp(n)[:, None, None] * u[None]
+        elif case.values.distribution == ValueDistribution.EDGE and n > 0:
+            u = recency_direction(case)[0]
+            k = without_direction(k, u)
+            k[-1] += edge_amplitude(case, n) * u
         if shared:
             k[:shared], v[:shared] = prefix_k, prefix_v
         if case.cache is not None and case.cache.layout == KVLayout.MLA_LATENT:
@@ -203,6 +214,32 @@ def recency_direction(case: Case) -> tuple[Tensor, float]:
     with real weight, and moving it by one key moves the output (no blind case)."""
     u = torch.randn(case.num_kv_heads, case.head_size, generator=torch.Generator().manual_seed(case.seed ^ 0x5EED))
     return u / u.norm(dim=-1, keepdim=True).clamp(min=1e-12), math.sqrt(RECENT_BOOST / case.softmax_scale)
+
+
+EDGE_MARGIN = 1.0  # the last key's logit above log(sum of the others' weights): about e/(1+e) of a row's weight
+
+
+def edge_boost(case: Case, n: int) -> float:
+    """The logit the EDGE distribution gives the last of `n` keys: log of the other n-1 keys' expected total
+    weight, plus EDGE_MARGIN, plus s. The scores are about N(0, s^2), s = logit_scale * sqrt(D) * softmax_scale,
+    so the others' total is (n-1) e^(s^2/2) while s <= sqrt(2 log(n-1)), and its largest term
+    e^(s sqrt(2 log(n-1))) beyond (where the lognormal mean overstates a finite sum); the last key's own
+    N(0, s^2) part would sink it under that in a third of the rows without the extra s."""
+    log_n = math.log(max(n - 1, 1))
+    s = case.values.logit_scale * math.sqrt(case.head_size) * case.softmax_scale
+    log_total = log_n + s * s / 2 if s * s <= 2 * log_n else s * math.sqrt(2 * log_n)
+    return log_total + EDGE_MARGIN + s
+
+
+def edge_amplitude(case: Case, n: int) -> float:
+    """a with softmax_scale * a^2 = edge_boost: added along u to the queries of a sequence of n keys and
+    to its last key (both are orthogonal to u otherwise), so that key's score gains exactly the boost."""
+    return math.sqrt(edge_boost(case, n) / case.softmax_scale)
+
+
+def without_direction(x: Tensor, u: Tensor) -> Tensor:
+    """x [..., H, D] with its component along the unit vectors u [H, D] removed."""
+    return x - (x * u).sum(-1, keepdim=True) * u
 
 
 def _new_tokens(case: Case, keys: list[Tensor], values: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:

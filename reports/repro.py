@@ -74,7 +74,7 @@ def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> s
     header = (f'"""Reproducer for {backend_name} ({backend.library}), written by `attnref repro`.\n\n'
               f"Case (attnref JSON): {json.dumps(case.to_dict(), separators=(',', ':'))}\n"
               f'Needs only torch and the library under test. Exit status 1: the kernel is off.\n"""\n'
-              "import sys\n\nimport torch\n\n")
+              "import math\nimport sys\n\nimport torch\n\n")
     parts = [header, constants(case), f'DEVICE = "{device}"', f"FACTOR = {rule.factor}",
              f"ABS_FLOOR = {rule.abs_floor}\n\n", draw_inputs(case), MASKS,
              attention_function("reference", "torch.float64"),

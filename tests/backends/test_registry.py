@@ -1,6 +1,7 @@
 """The registry never fails on a missing library; plugins load by module:attr."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -55,3 +56,17 @@ def test_capabilities_reasons_name_the_field():
     caps = Capabilities(dtypes=frozenset({DType.FLOAT16}), head_sizes=(64,))
     reasons = caps.reasons(Case(sequences=(SequenceSpec(2),), head_size=8))
     assert any("dtype=bfloat16" in r for r in reasons) and any("head_size=8" in r for r in reasons)
+
+
+def test_fa4_s_disk_cache_is_switched_on_before_its_module_can_be_imported(monkeypatch):
+    """FA4 reads FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED once, when flash_attn.cute is imported, and the
+    availability check is what imports it first; a user's own setting is kept."""
+    from backends.fa4 import CUTE_CACHE_ENV
+
+    monkeypatch.delenv(CUTE_CACHE_ENV, raising=False)
+    for name in ("fa4-varlen", "vllm-fa4-paged"):
+        get(name).availability()
+    assert os.environ[CUTE_CACHE_ENV] == "1"
+    monkeypatch.setenv(CUTE_CACHE_ENV, "0")
+    get("fa4-paged").availability()
+    assert os.environ[CUTE_CACHE_ENV] == "0"

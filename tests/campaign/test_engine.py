@@ -156,3 +156,25 @@ def test_the_warm_up_shard_draws_small_cases_and_the_rest_every_tier(tmp_path):
     small = Limits().max_context + Limits().max_query  # the small tier's most keys
     assert len(warm) == WARMUP_SHARD and max(r["max_kv_len"] for r in warm) <= small
     assert max(r["max_kv_len"] for r in later) > small
+
+
+def test_a_jit_backend_s_shards_each_draw_one_compile_slice(tmp_path):
+    from backends.registry import get
+    from fuzz.strategies import Limits, compile_slices
+
+    rows = _generated(_campaign(tmp_path, ["test-jit"], 60, shard_size=10, workers=2, compile_slices=True).rows)
+    jit = get("test-jit", specs=SPEC)
+    slices = compile_slices(jit.caps, Limits(), jit.compiled_per, jit.compiled_features)
+    assert len(slices) > 4
+    later = [r for r in rows if r["shard"] > 0]
+    assert len(later) == 50  # shard 0, the warm-up (10 here), draws the whole (small-tier) space
+    for r in later:
+        want = slices[(r["shard"] - 1) % len(slices)]
+        assert ((r["dtype"],), (r["head_size"],)) == (want.dtypes, want.head_sizes)
+        drawn = set(filter(None, r["features"].split(",")))
+        assert not drawn & ({"sinks", "soft_cap"} - set(want.features)), (drawn, want.features)
+    for worker in {r["worker"] for r in later}:  # a worker stays on its slice (its compiled kernels) for a while
+        mine = [r for r in later if r["worker"] == worker]
+        assert len({(r["dtype"], r["head_size"]) for r in mine}) < len({r["shard"] for r in mine}) or len(mine) <= 10
+    plain = _generated(_campaign(tmp_path / "plain", ["test-jit"], 30, shard_size=10, workers=1).rows)
+    assert any(len({(r["dtype"], r["head_size"]) for r in plain if r["shard"] == j}) > 1 for j in (1, 2))  # opt-in

@@ -160,3 +160,52 @@ def test_with_fewer_workers_than_backends_every_backend_gets_turns():
         s.task_done(wid)
         seen.append(task.backend)
     assert set(seen) == {"a", "b", "c", "d"} and seen[:4] == ["a", "b", "c", "d"]
+
+
+def _run_generation(s: Scheduler, workers: int, rounds: int, exhausted=frozenset()) -> list[tuple[int, Task]]:
+    """Each round every worker takes a task and finishes it; shards of `exhausted` slices run out of cases."""
+    for w in range(workers):
+        s.add_worker(w)
+    log = []
+    for _ in range(rounds):
+        assigned = s.schedule()
+        for wid, task in assigned:
+            spent = s.slice_of(task.backend, task.shard) in exhausted
+            n = task.start if spent else task.size
+            for i in range(task.start + 1, n + 1):
+                s.example_done(task.backend, task.shard, i)
+            s.task_done(wid, exhausted=spent)
+        log += assigned
+    return log
+
+
+def test_a_worker_keeps_its_compile_slice_so_each_variant_compiles_in_few_workers():
+    s = Scheduler(["jit"], examples=None, shard_size=10, slices={"jit": 4})
+    log = _run_generation(s, workers=4, rounds=12)
+    slices_of = {w: [s.slice_of("jit", t.shard) for wid, t in log if wid == w and t.shard > 0] for w in range(4)}
+    assert all(len(set(v)) == 1 for v in slices_of.values()), slices_of  # a worker stays on its slice
+    assert {v[0] for v in slices_of.values()} == {0, 1, 2, 3}  # and the workers cover all of them
+
+
+def test_fewer_workers_than_slices_rotate_through_every_slice_in_runs():
+    s = Scheduler(["jit"], examples=None, shard_size=10, slices={"jit": 6})
+    log = _run_generation(s, workers=2, rounds=30)
+    shards = [t.shard for _, t in log if t.shard > 0]
+    counts = [sum(1 for j in shards if s.slice_of("jit", j) == p) for p in range(6)]
+    assert max(counts) - min(counts) <= 3, counts  # balanced within the slack
+    seq = [s.slice_of("jit", t.shard) for w, t in log if w == 0 and t.shard > 0]
+    switches = sum(a != b for a, b in zip(seq, seq[1:]))
+    assert switches < len(seq) / 2, seq  # runs of one slice, not a new slice (new compiles) every shard
+
+
+def test_a_slice_that_ran_out_of_cases_is_not_drawn_again_and_the_budget_is_still_met():
+    s = Scheduler(["jit"], examples=300, shard_size=10, slices={"jit": 3})
+    log = _run_generation(s, workers=3, rounds=200, exhausted={1})
+    assert sum(1 for _, t in log if s.slice_of("jit", t.shard) == 1) <= 3  # each worker learns it once at most
+    assert s.generated("jit") == 300 and s.finished
+
+
+def test_without_slices_shards_are_numbered_in_order_as_before():
+    s = Scheduler(["a"], examples=None, shard_size=10)
+    log = _run_generation(s, workers=3, rounds=3)
+    assert sorted(t.shard for _, t in log) == list(range(9)) and s.slice_of("a", 5) is None

@@ -106,3 +106,16 @@ def test_sanitizer_error_summaries_are_counted():
 
     assert error_count("========= Invalid __global__ read of size 4\n========= ERROR SUMMARY: 3 errors\n") == 3
     assert error_count("========= ERROR SUMMARY: 0 errors") == 0 and error_count("") == 0
+
+
+def test_a_sanitized_replay_that_runs_too_long_is_stopped_and_the_case_file_says_so(tmp_path, capsys, monkeypatch):
+    import cli.sanitize
+
+    slow = tmp_path / "compute-sanitizer"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(cli.sanitize, "find_sanitizer", lambda: str(slow))
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps({"backend": "torch-sdpa-math", "case": Case(sequences=(SequenceSpec(2),)).to_dict()}))
+    assert main(["replay", str(path), "--sanitize", "--sanitize-timeout", "1"]) == 1
+    assert json.loads(path.read_text())["sanitizer"]["memcheck"]["timed_out_after_s"] == 1.0

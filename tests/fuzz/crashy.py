@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import time
 
+from backends.base import Feature
 from backends.naive import NaivePaged
 
 
@@ -70,5 +71,17 @@ class Slow(NaivePaged):
         return super().run(inputs)
 
 
+class JitLike(NaivePaged):
+    """The correct kernel, declared as compiled per dtype and head size (as FA4 is): its campaign shards
+    are cut into compile slices."""
+
+    compiled_per = ("dtypes", "head_sizes")
+    compiled_features = (Feature.SINKS, Feature.SOFT_CAP)
+
+    def __init__(self):
+        super().__init__()
+        self.name = "test-jit"
+
+
 def all_crashy():
-    return [Segfaults(), Hangs(), StickyError(), Slow()]
+    return [Segfaults(), Hangs(), StickyError(), Slow(), JitLike()]

@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, seed, settings
 import dataclasses
 
 import reference as r
+from backends.base import Feature
 from backends.naive import NAIVE_CAPS
 from backends.registry import get
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
@@ -86,13 +87,16 @@ def test_size_tiers_cross_the_tiles_and_reach_long_contexts():
     assert max(c.max_kv_len for c in small) <= Limits().max_context + Limits().max_query
 
 
-def test_magnitudes_encodings_and_the_recent_class_are_drawn():
+def test_magnitudes_encodings_and_the_recent_and_edge_classes_are_drawn():
     draws = _draws(NAIVE_CAPS)
     frac = lambda pred: sum(1 for c in draws if pred(c)) / len(draws)  # noqa: E731
     assert frac(lambda c: c.sinks is not None and max(abs(x) for x in c.sinks) >= 30) > 0.05
     assert frac(lambda c: c.values.logit_scale >= 16) > 0.05
     assert frac(lambda c: c.scale is not None and (c.scale <= 0.001 or c.scale >= 10)) > 0.01
     assert frac(lambda c: c.values.distribution == r.ValueDistribution.RECENT) > 0.2
+    long = [c for c in draws if c.max_kv_len > 128]  # a full row over many keys is blind unless its last key weighs
+    assert sum(c.values.distribution == r.ValueDistribution.EDGE for c in long) / len(long) > 0.3
+    assert all(c.values.logit_scale <= 4 for c in draws if c.values.distribution == r.ValueDistribution.OUTLIERS)
     assert frac(lambda c: c.attn_type == r.AttentionType.KERNEL and c.cache is not None) > 0.1  # paged raw-API cases
 
 
@@ -113,3 +117,19 @@ def test_a_kernel_that_computes_its_own_alibi_slopes_gets_only_those():
     scaled = case.replace(alibi=r.Alibi(tuple(4 * s for s in case.alibi.slopes), case.alibi.convention))
     assert caps.reasons(case, "cpu") == []
     assert any("standard slopes" in why for why in caps.reasons(scaled, "cpu"))
+
+
+def test_compile_slices_fix_one_dtype_and_head_size_and_switch_compile_keyed_features_off_or_allow_them():
+    from fuzz.strategies import compile_slices
+
+    caps = get("torch-naive-paged").caps
+    keyed = (Feature.SINKS, Feature.WINDOW)
+    slices = compile_slices(caps, Limits(), ("dtypes", "head_sizes"), keyed)
+    assert len(slices) == len(caps.dtypes) * len(caps.head_sizes) * 4
+    assert len({(s.dtypes, s.head_sizes, s.features) for s in slices}) == len(slices)
+    off = next(s for s in slices if not {"sinks", "window"} & set(s.features))
+    draws = _draws(caps, off, n=60)
+    assert {(c.dtype.value,) for c in draws} == {off.dtypes} and {(c.head_size,) for c in draws} == {off.head_sizes}
+    assert not any(c.sinks is not None or c.sliding_window is not None or c.window is not None for c in draws)
+    assert compile_slices(caps, Limits(head_sizes=(16,)), ("head_sizes",)) == [Limits(head_sizes=(16,))]
+    assert compile_slices(caps, Limits(), ()) == [Limits()]

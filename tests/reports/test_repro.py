@@ -12,7 +12,7 @@ from backends.registry import get
 from reports.repro import ReproUnsupported, write_repro
 from fuzz.compare import evaluate
 from fuzz.strategies import Limits, cases
-from reference.case import BlockSparse, CacheSpec, Case, DType, SequenceSpec
+from reference.case import BlockSparse, CacheSpec, Case, DType, SequenceSpec, ValueDistribution, Values
 from reference.inputs import materialize
 
 WINDOW_BUG = Case(sequences=(SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
@@ -33,7 +33,7 @@ def _imports(text: str) -> set[str]:
 @given(cases(get("torch-sdpa-math").caps, Limits(max_context=20, max_query=6)))
 def test_the_script_draws_attnref_s_tensors_and_agrees_with_its_verdict(case):
     text = write_repro(case, "torch-sdpa-math")
-    assert _imports(text) <= {"sys", "torch"}
+    assert _imports(text) <= {"math", "sys", "torch"}
     ns = _load(text)
     q, ks, vs = ns["draw_inputs"]()
     inputs = materialize(case)
@@ -43,6 +43,17 @@ def test_the_script_draws_attnref_s_tensors_and_agrees_with_its_verdict(case):
     expected, _ = ns["reference"](q, ks, vs)
     oracle = evaluate(get("torch-sdpa-math"), case)
     assert oracle.expected is not None and torch.allclose(expected, oracle.expected.output, atol=1e-12)
+
+
+@pytest.mark.parametrize("distribution", list(ValueDistribution))
+def test_every_value_distribution_is_written_out_bit_for_bit(distribution):
+    seqs = (SequenceSpec(query_len=3, context_len=200), SequenceSpec(query_len=2, context_len=7))
+    case = WINDOW_BUG.replace(sequences=seqs, values=Values(distribution, 4.0), dtype=DType.BFLOAT16)
+    q, ks, vs = _load(write_repro(case, "torch-sdpa-math"))["draw_inputs"]()
+    inputs = materialize(case)
+    assert torch.equal(q, inputs.query)
+    assert all(torch.equal(a, b) for a, b in zip(ks, inputs.keys))
+    assert all(torch.equal(a, b) for a, b in zip(vs, inputs.values))
 
 
 @pytest.mark.parametrize("backend", ["torch-sdpa-math", "torch-sdpa-cpu-flash", "torch-naive-paged"])
