@@ -221,8 +221,8 @@ class Backend:
     caps: Capabilities = Capabilities()
     description: str = ""
     # Limits focus fields ("dtypes", "head_sizes", "kv_cache_dtypes") each of whose values is a separate JIT
-    # compile: a campaign gives every generation shard one combination of them (a compile slice) and keeps a
-    # worker on its slice, so its workers compile disjoint kernels instead of the same ones each.
+    # compile: with --compile-slices a campaign gives every generation shard one combination of them (a compile
+    # slice) and keeps a worker on its slice, so each worker compiles few kernels (campaign.scheduler).
     compiled_per: tuple[str, ...] = ()
     compiled_features: tuple[Feature, ...] = ()  # features whose presence is a separate compile: sliced alike
 

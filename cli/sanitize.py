@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from .caseio import UsageError
@@ -46,7 +46,8 @@ def replay_sanitized(case_path: str, backend: str, tool: str, specs: tuple[str, 
     spec_args = [a for s in specs for a in ("--backend-spec", s)]
     # API errors off: torch's and the JIT libraries' driver probes (cuGetProcAddress) are not kernel findings
     cmd = [sanitizer, "--tool", tool, "--report-api-errors", "no", "--error-exitcode", "99",
-           "--log-file", str(report_path), sys.executable, "-m", "cli", *spec_args, "replay", case_path, "--backend", backend]
+           "--log-file", str(report_path),
+           sys.executable, "-m", "cli", *spec_args, "replay", case_path, "--backend", backend]
     timed_out = False
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -55,7 +56,8 @@ def replay_sanitized(case_path: str, backend: str, tool: str, specs: tuple[str, 
         status, timed_out = -1, True
     report = report_path.read_text(errors="replace") if report_path.exists() else ""
     errors = error_count(report)
-    summary = {"tool": tool, "errors": errors, "kinds": error_kinds(report), "report": str(report_path), "exit": status}
+    summary = {"tool": tool, "errors": errors, "kinds": error_kinds(report), "report": str(report_path),
+               "exit": status}
     if timed_out:
         summary["timed_out_after_s"] = timeout
     try:

@@ -102,10 +102,13 @@ def test_sanitize_without_the_tool_says_where_to_get_it(tmp_path, capsys, monkey
 
 
 def test_sanitizer_error_summaries_are_counted():
-    from cli.sanitize import error_count
+    from cli.sanitize import error_count, error_kinds
 
     assert error_count("========= Invalid __global__ read of size 4\n========= ERROR SUMMARY: 3 errors\n") == 3
     assert error_count("========= ERROR SUMMARY: 0 errors") == 0 and error_count("") == 0
+    report = ("========= Invalid __shared__ write of size 16 bytes\n=========     at kernel+0x10\n"
+              "========= Invalid __shared__ write of size 16 bytes\n========= Program hit CUDA_ERROR_INVALID_VALUE\n")
+    assert error_kinds(report) == {"Invalid __shared__ write of size 16 bytes": 2}
 
 
 def test_a_sanitized_replay_that_runs_too_long_is_stopped_and_the_case_file_says_so(tmp_path, capsys, monkeypatch):

@@ -133,3 +133,15 @@ def test_compile_slices_fix_one_dtype_and_head_size_and_switch_compile_keyed_fea
     assert not any(c.sinks is not None or c.sliding_window is not None or c.window is not None for c in draws)
     assert compile_slices(caps, Limits(head_sizes=(16,)), ("head_sizes",)) == [Limits(head_sizes=(16,))]
     assert compile_slices(caps, Limits(), ()) == [Limits()]
+
+
+def test_a_focus_whose_kv_dtypes_cannot_hold_the_model_dtype_draws_the_declared_ones_and_slices_skip_it():
+    from fuzz.strategies import compile_slices
+
+    caps = get("torch-naive-paged").caps
+    draws = _draws(caps, Limits(dtypes=("float16",), kv_cache_dtypes=("bfloat16",)), n=30)
+    assert draws and all(c.cache is None or c.kv_cache_dtype.value != "bfloat16" for c in draws)
+    slices = compile_slices(caps, Limits(), ("dtypes", "kv_cache_dtypes"))
+    assert not any(s.kv_cache_dtypes[0] in ("bfloat16", "float16") and s.kv_cache_dtypes[0] != s.dtypes[0]
+                   for s in slices)
+    assert any(s.kv_cache_dtypes == ("bfloat16",) and s.dtypes == ("bfloat16",) for s in slices)
