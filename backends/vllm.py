@@ -187,9 +187,10 @@ class Fa3Paged(VllmBackend):
 
 
 class TritonUnified(VllmBackend):
+    """unified_attention, vLLM's Triton kernel for every batch shape (2D and 3D split-KV paths)."""
+
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton: dtypes and head sizes are constexprs
     compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)  # and USE_* flags
-    """unified_attention, vLLM's Triton kernel for every batch shape (2D and 3D split-KV paths)."""
 
     name = "vllm-triton-unified"
     module = "vllm.v1.attention.ops.triton_unified_attention"
@@ -301,9 +302,10 @@ def triton_padded(n: int) -> int:
 
 
 class PrefixPrefill(VllmBackend):
+    """context_attention_fwd: new tokens from contiguous k/v, the context from vLLM's v0 paged cache."""
+
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton
     compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.WINDOW)
-    """context_attention_fwd: new tokens from contiguous k/v, the context from vLLM's v0 paged cache."""
 
     name = "vllm-prefix-prefill"
     module = "vllm.v1.attention.ops.prefix_prefill"
@@ -346,9 +348,10 @@ class PrefixPrefill(VllmBackend):
 
 
 class TritonDecode(VllmBackend):
+    """decode_attention_fwd: one query per sequence, the keys split in `num_kv_splits` partial states."""
+
     compiled_per = ("dtypes", "head_sizes")  # Triton
     compiled_features = (Feature.SOFT_CAP,)
-    """decode_attention_fwd: one query per sequence, the keys split in `num_kv_splits` partial states."""
 
     name = "vllm-triton-decode"
     module = "vllm.v1.attention.ops.triton_decode_attention"

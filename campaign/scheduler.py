@@ -187,6 +187,11 @@ class Scheduler:
         n = self.slices[backend]
         return None if n == 1 or shard == 0 else (shard - 1) % n
 
+    def _last_slice_on(self, backend: str, wid: int | None) -> int | None:
+        """The slice of `backend` that worker `wid` drew last (None: another backend, or none yet)."""
+        last = self.last_slice.get(wid) if wid is not None else None
+        return last[1] if last is not None and last[0] == backend else None
+
     def _slice_for(self, backend: str, wid: int | None) -> int | None:
         """The slice of `backend`'s next new shard for worker `wid`: its last one while that is at most
         SLICE_SLACK shards ahead of the least-drawn live slice, else the least-drawn (None: all spent)."""
@@ -197,8 +202,7 @@ class Scheduler:
         for j in self.shards[backend]:
             if self.slice_of(backend, j) in count:
                 count[self.slice_of(backend, j)] += 1
-        last = self.last_slice.get(wid) if wid is not None else None
-        mine = last[1] if last is not None and last[0] == backend else None
+        mine = self._last_slice_on(backend, wid)
         if mine in count and count[mine] <= min(count.values()) + SLICE_SLACK:
             return mine
         return min(live, key=lambda p: (count[p], p))
@@ -207,8 +211,7 @@ class Scheduler:
         """The next generation task of `backend`: an unfinished shard first (of `wid`'s last slice if
         any), else a new shard."""
         shards = self.shards[backend]
-        last = self.last_slice.get(wid) if wid is not None else None
-        mine = last[1] if last is not None and last[0] == backend else None
+        mine = self._last_slice_on(backend, wid)
         for j in sorted(shards, key=lambda j: (self.slice_of(backend, j) != mine, j)):
             s = shards[j]
             if not s.closed and not s.running and s.done < s.size:

@@ -123,8 +123,8 @@ def compile_slices(caps: Capabilities, limits: Limits, per: tuple[str, ...],
     out = []
     for combo in itertools.product(*axes, *([False, True] for _ in keyed)):
         fields = {n: (v,) for n, v in zip(names, combo)}
-        kvd, dtype = fields.get("kv_cache_dtypes", ("",))[0], fields.get("dtypes", ("",))[0]
-        if kvd in ("bfloat16", "float16") and dtype and kvd != dtype:
+        if "kv_cache_dtypes" in fields and "dtypes" in fields and \
+                not KVCacheDType(fields["kv_cache_dtypes"][0]).holds(DType(fields["dtypes"][0])):
             continue  # a 16-bit cache holds the model's dtype only: nothing to draw
         if keyed:
             allowed = {f for f, on in zip(keyed, combo[len(names):]) if on}
@@ -188,12 +188,9 @@ def shared_prefix(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...],
 def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_size: int,
                 head_size_v: int, block_size: int, limits: Limits = Limits()) -> CacheSpec:
     layouts = sorted(caps.kv_layouts, key=lambda x: x.value)
-    def fits(d: KVCacheDType) -> bool:  # a 16-bit cache holds the model's dtype only
-        return d.value == dtype.value or d not in (KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16)
-
     focus = focus_values(caps.kv_cache_dtypes, limits.kv_cache_dtypes, key=lambda x: x.value)
-    kv_dtypes = ([d for d in focus if fits(d)]  # a focus with no fitting kv dtype keeps the declaration's
-                 or [d for d in sorted(caps.kv_cache_dtypes, key=lambda x: x.value) if fits(d)])
+    kv_dtypes = ([d for d in focus if d.holds(dtype)]  # a focus with no fitting kv dtype keeps the declaration's
+                 or [d for d in sorted(caps.kv_cache_dtypes, key=lambda x: x.value) if d.holds(dtype)])
     kvd = draw(st.sampled_from(kv_dtypes))
     if kvd.is_int8:
         layouts = [x for x in layouts if x == KVLayout.FLASH_HND]

@@ -120,6 +120,10 @@ class KVCacheDType(Enum):
         """Keys stored one byte per element."""
         return self.is_fp8 or self.is_int8 or self.is_per_token_head
 
+    def holds(self, dtype: DType) -> bool:
+        """Whether a cache of this kv dtype can hold a model of `dtype`: a 16-bit cache holds its own dtype only."""
+        return self not in (KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16) or self.value == dtype.value
+
 
 class ScaleGranularity(Enum):
     PER_TENSOR = "per_tensor"
@@ -612,10 +616,9 @@ def _validate_cache(case: Case) -> None:
                  f"Case.cache.quant: kv_cache_dtype={q.kv_cache_dtype.value} computes its scales per token and "
                  f"head; needs k_scales=v_scales=(1.0,), no dynamic_scales, no q_fp8_scale, a layout other than "
                  f"mla_latent")
-    if q.kv_cache_dtype in (KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16):
-        _require(case.dtype.value == q.kv_cache_dtype.value,
-                 f"Case.cache.quant.kv_cache_dtype={q.kv_cache_dtype.value}: a 16-bit cache must match "
-                 f"Case.dtype={case.dtype.value}")
+    _require(q.kv_cache_dtype.holds(case.dtype),
+             f"Case.cache.quant.kv_cache_dtype={q.kv_cache_dtype.value}: a 16-bit cache must match "
+             f"Case.dtype={case.dtype.value}")
     _require(q.q_fp8_scale is None or (math.isfinite(q.q_fp8_scale) and q.q_fp8_scale > 0),
              f"Case.cache.quant.q_fp8_scale={q.q_fp8_scale!r}: must be None or > 0")
 

@@ -4,6 +4,7 @@
 # EXTRA_PYTHONPATH empty: the staged wheels' path (/tmp/site/env.sh); else that path instead (xformers: /tmp/site-xf).
 # EXAMPLES is per backend (the campaign stops at it or at SECONDS); rows land in $RES/NAME, the verdict
 # counts and buckets of each backend in $OUT/falsealarm.md, the throughput split in $OUT/throughput.md.
+# CLI_ARGS / FUZZ_ARGS (optional): more arguments before / after `fuzz` (tools/gpu-slices-ab.sh passes its twins).
 # The outer timeout leaves room for start-up and the campaign's 30-s stop grace (45 s cut two runs short).
 set -uo pipefail
 name=$1 secs=$2 examples=$3 path=$4 limits=$5; shift 5
@@ -12,7 +13,7 @@ OUT=${OUT:-/tmp/attnref-out} RES=${RES:-/tmp/fa-res}; mkdir -p "$OUT" "$RES/logs
 export PYTHONUNBUFFERED=1 ATTNREF_XFORMERS_FORCE_CUDA_FLAG=1
 args=""; for b in "$@"; do args="$args --backend $b"; done
 [ -z "$args" ] && { echo "== $name: no backend available" >> "$OUT/falsealarm.md"; exit 0; }
-PYTHONPATH=$PWD:${path:-${PYTHONPATH:-}} timeout $((secs + 100)) python3 -m cli fuzz $args --examples "$examples" --time "$secs" \
+PYTHONPATH=$PWD:${path:-${PYTHONPATH:-}} timeout $((secs + 100)) python3 -m cli ${CLI_ARGS:-} fuzz $args ${FUZZ_ARGS:-} --examples "$examples" --time "$secs" \
   --workers "${WORKERS:-auto}" --quiet --no-replay --example-timeout 120 --limits "$limits" --out "$RES/$name" \
   > "$RES/logs/$name.txt" 2>&1
 echo "== $name exit $? ($secs s, limits $limits)" >> "$OUT/falsealarm.md"
