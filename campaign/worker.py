@@ -126,16 +126,20 @@ class Worker:
         self._strategies: dict[tuple[str, int], tuple[Any, frozenset[str]]] = {}
 
     # --- shared pieces --------------------------------------------------------------------------
-    def _backend(self, name: str, shard: int = 1):
-        """(backend, strategy, fixed prefix) of `name` for `shard`, built once per process: shard 0 is the
-        warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers;
-        a JIT backend's later shards draw from their compile slice (campaign.scheduler)."""
+    def _loaded(self, name: str) -> tuple[Any, list[Limits]]:
+        """(backend, its compile slices: [the campaign's limits] without --compile-slices), once per process."""
         if name not in self._backends:
             backend = get(name, include_mutants=True, specs=self.config.specs)
             slices = (compile_slices(backend.caps, self.limits, backend.compiled_per, backend.compiled_features)
                       if self.config.compile_slices else [self.limits])
             self._backends[name] = (backend, slices)
-        backend, slices = self._backends[name]
+        return self._backends[name]
+
+    def _backend(self, name: str, shard: int):
+        """(backend, strategy, fixed prefix) of `name` for `shard`, built once per process: shard 0 is the
+        warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers;
+        a JIT backend's later shards draw from their compile slice (campaign.scheduler)."""
+        backend, slices = self._loaded(name)
         which = -1 if shard == 0 else (shard - 1) % len(slices)
         if (name, which) not in self._strategies:
             strategy = cases(backend.caps, warm_up(self.limits) if shard == 0 else slices[which])
@@ -295,7 +299,7 @@ class Worker:
             raise StickyDeviceError(task.label)
 
     def _replay(self, task: Task, deadline: float | None) -> None:
-        backend, _, _ = self._backend(task.backend)
+        backend, _ = self._loaded(task.backend)  # a replay draws nothing: no strategy to build
         for text in task.cases:
             if self._over(deadline):
                 return
