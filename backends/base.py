@@ -70,6 +70,7 @@ class Capabilities:
     features: frozenset[Feature] = frozenset()
     alibi_conventions: frozenset[AlibiConvention] = frozenset({AlibiConvention.SIGNED, AlibiConvention.SYMMETRIC})
     alibi_standard_slopes: bool = False  # the kernel computes its own slopes from the head count (no slopes argument)
+    alibi_attn_types: frozenset[AttentionType] | None = None  # where ALiBi is declared (None: every declared type)
     kv_layouts: frozenset[KVLayout] = frozenset()
     kv_cache_dtypes: frozenset[KVCacheDType] = frozenset({KVCacheDType.AUTO})
     scale_granularities: frozenset[ScaleGranularity] = frozenset({ScaleGranularity.PER_TENSOR})
@@ -119,6 +120,9 @@ class Capabilities:
             if case.causal and case.causal_alignment not in self.causal_alignments:
                 out.append(f"causal_alignment={case.causal_alignment.value} (declared: "
                            f"{sorted(a.value for a in self.causal_alignments)})")
+        if case.alibi is not None and self.alibi_attn_types is not None and case.attn_type not in self.alibi_attn_types:
+            out.append(f"ALiBi with attn_type={case.attn_type.value} (declared with: "
+                       f"{sorted(t.value for t in self.alibi_attn_types)})")
         if case.alibi is not None and case.alibi.convention not in self.alibi_conventions:
             out.append(f"alibi.convention={case.alibi.convention.value} (declared: "
                        f"{sorted(c.value for c in self.alibi_conventions)})")

@@ -89,19 +89,15 @@ class FlashInfer(Backend):
                                 Feature.ALIBI}),
             # FlashInfer's bias is slope * (k - q) (signed); equal to symmetric under its causal decoder mask.
             alibi_conventions=frozenset({AlibiConvention.SIGNED}), alibi_standard_slopes=True,
+            # Decoders only: in cross attention FlashInfer places queries bottom-right, a per-row offset the
+            # oracle's top-left cross-attention positions do not have (declared, so never drawn there).
+            alibi_attn_types=frozenset({AttentionType.DECODER}),
             kv_layouts=frozenset(LAYOUT), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
             block_sizes=(1, 8, 16, 32, 64), max_query_len=1 if decode else None, lse_base=LseBase.TWO,
             requires_cache=True, reads_paged_cache=True)
 
     def availability(self) -> str | None:
         return cuda_library_reason("flashinfer", "flashinfer-python")
-
-    def not_supported_reasons(self, case) -> list[str]:
-        reasons = super().not_supported_reasons(case)
-        if case.alibi is not None and case.attn_type != AttentionType.DECODER:
-            reasons.append("ALiBi in cross attention: FlashInfer places queries bottom-right (a per-row offset "
-                           "the oracle's top-left cross-attention positions do not have); decoders only")
-        return reasons
 
     def run(self, inputs: Inputs) -> Actual:
         import flashinfer

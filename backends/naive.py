@@ -17,6 +17,7 @@ from torch import Tensor
 from reference.case import CausalAlignment, AlibiConvention, AttentionType, DType, KVCacheDType, KVLayout, ScaleGranularity
 from reference.inputs import Inputs
 
+from . import _int4
 from ._convert import LOG2_E, key_offset
 from .base import ALL_FEATURES, Actual, Backend, Capabilities, Feature, LseBase, poisoned_output
 
@@ -113,6 +114,9 @@ class NaivePaged(Backend):
             k = torch.round(k / ks[..., None]).clamp(-128, 127).to(torch.int8)
             if kvd == KVCacheDType.INT8_KV:
                 v = torch.round(v / cache.v_channel_scale).clamp(-128, 127).to(torch.int8)
+        elif kvd == KVCacheDType.INT4_PER_TOKEN_HEAD:
+            (k, ks), (v, vs) = _int4.store(key), _int4.store(value)
+            cache.k_token_scales[blk, off], cache.v_token_scales[blk, off] = ks, vs
         elif kvd in TOKEN_HEAD:
             fmt, top = TOKEN_HEAD[kvd]
             ks, vs = _div(k.abs().amax(-1), top).clamp(min=1e-6), _div(v.abs().amax(-1), top).clamp(min=1e-6)
@@ -134,9 +138,13 @@ class NaivePaged(Backend):
         slot = (table_row.long()[(pos // step).clamp(max=table_row.numel() - 1)] * bs + pos % step)
         slot = slot % (kview.shape[0] * bs)
         flat_k = kview.reshape(-1, *kview.shape[2:]) if kview.is_contiguous() else kview.flatten(0, 1)
-        k = flat_k[slot].reshape(n, kview.shape[2], cache.paged.head_size).float()
-        v = vview.flatten(0, 1)[slot].float()
+        k = flat_k[slot].reshape(n, kview.shape[2], cache.paged.head_size)
+        v = vview.flatten(0, 1)[slot]
         kvd = cache.kv_cache_dtype
+        if kvd == KVCacheDType.INT4_PER_TOKEN_HEAD:
+            ks, vs = cache.k_token_scales.flatten(0, 1)[slot], cache.v_token_scales.flatten(0, 1)[slot]
+            return _int4.load(k, ks, descale=self.bug != Bug.K_DESCALE_DROPPED), _int4.load(v, vs)
+        k, v = k.float(), v.float()
         k_scale, v_scale = cache.k_scale.reshape(1, -1, 1), cache.v_scale.reshape(1, -1, 1)
         if self.bug == Bug.KV_SCALES_SWAPPED:
             k_scale, v_scale = v_scale, k_scale

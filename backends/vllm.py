@@ -205,10 +205,10 @@ class TritonUnified(VllmBackend):
         # The kernel's bias is slope * (k - context_len): signed ALiBi up to a constant per row.
         alibi_conventions=frozenset({AlibiConvention.SIGNED, AlibiConvention.SQRT}),
         kv_layouts=frozenset({KVLayout.FLASH_NHD, KVLayout.VLLM_NHD, KVLayout.VLLM_HND}), block_sizes=(16, 32, 64, 128),
-        # int8 / fp8 per token-head: vLLM 0.26's KVQuantMode with k_scale_cache / v_scale_cache
-        # [num_blocks, block_size, H_kv] (its docstring); int4 needs a Hadamard rotation the oracle lacks.
+        # int8 / fp8 / int4 per token-head: vLLM 0.26's KVQuantMode with k_scale_cache / v_scale_cache
+        # [num_blocks, block_size, H_kv] (its docstring); int4 goes to int4_per_token_head.unified_attention_int4.
         kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.INT8_PER_TOKEN_HEAD,
-                                   KVCacheDType.FP8_PER_TOKEN_HEAD}), lse_base=None,
+                                   KVCacheDType.FP8_PER_TOKEN_HEAD, KVCacheDType.INT4_PER_TOKEN_HEAD}), lse_base=None,
         requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
         causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
         encodings=(("path", ("2d", "3d")),))
@@ -220,6 +220,9 @@ class TritonUnified(VllmBackend):
             reasons.append(f"window right={right}: a causal call bounds only the left side")
         if not case.is_causal and (left, right) != (None, None) and left != right:
             reasons.append(f"window {(left, right)}: a non-causal window is symmetric (|q - k| < W)")
+        if case.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD and not case.is_causal:
+            reasons.append("int4_per_token_head: unified_attention asserts 'INT4_PER_TOKEN_HEAD only supports causal "
+                           "attention'")
         if not case.is_causal and case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT:
             reasons.append("sqrt ALiBi without causality: the kernel measures from context_len + query, which "
                            "differs from a non-causal case's query positions by more than a constant")

@@ -57,7 +57,8 @@ class PerTokenHeadWriter(TritonUnified):
     description = "vLLM's per-token-head quantizing cache writer, then unified attention; cache compared bit for bit"
     caps = replace(TritonUnified.caps, writes_cache=True, attn_types=frozenset({AttentionType.DECODER}),
                    features=TritonUnified.caps.features - {Feature.MORE_QUERIES_THAN_KEYS, Feature.PAGED_KERNEL},
-                   kv_cache_dtypes=frozenset({KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD}))
+                   kv_cache_dtypes=frozenset({KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD,
+                                              KVCacheDType.INT4_PER_TOKEN_HEAD}))
 
     def run(self, inputs: Inputs) -> Actual:
         from vllm.v1.attention.ops.triton_reshape_and_cache_flash import (

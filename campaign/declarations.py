@@ -7,7 +7,7 @@ from pathlib import Path
 
 from backends.base import Feature
 from fuzz.sizes import TIERS
-from fuzz.strategies import EDGE_ABOVE_KEYS, Limits, focus_values
+from fuzz.strategies import Limits, focus_values
 from reference.case import AttentionType, CausalAlignment, ValueDistribution
 
 # Features only a kernel-level (raw API) case can have: a backend without that attention type never draws them.
@@ -31,8 +31,7 @@ def declarations(backend) -> dict[str, list[str]]:
         "feature": features,
         "encoding": sorted(f"{name}={v}" for name, values in c.encodings for v in values),
         "size_tier": list(TIERS),
-        "value_class": sorted(v.value for v in ValueDistribution if v != ValueDistribution.EDGE
-                              or (c.max_kv_len or EDGE_ABOVE_KEYS + 1) > EDGE_ABOVE_KEYS),
+        "value_class": sorted(v.value for v in ValueDistribution),  # EDGE too: drawn at large logit scales
         "attn_type": sorted(t.value for t in c.attn_types),
         "dtype": sorted(d.value for d in c.dtypes),
         "kv_cache_dtype": sorted(k.value for k in c.kv_cache_dtypes) if c.kv_layouts else ["auto"],
@@ -55,8 +54,6 @@ def focused_out(declared: dict[str, list[str]], limits: Limits) -> dict[str, lis
     if limits.features is not None:
         features |= {f.value for f in Feature} - set(limits.features)
     out["feature"] = sorted(features & set(declared.get("feature", [])))
-    if set(out.get("size_tier", [])) >= {"tile", "long"} and limits.max_context + limits.max_query <= EDGE_ABOVE_KEYS:
-        out["value_class"] = [v for v in declared.get("value_class", []) if v == ValueDistribution.EDGE.value]
     return {dim: values for dim, values in out.items() if values}
 
 

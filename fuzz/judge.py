@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from reference.attention import Expected
+from reference.case import KVCacheDType
 from reference.inputs import Inputs
 
 from .tolerance import ToleranceRule, limits, rule_for
@@ -178,7 +179,9 @@ def judge_lse(row: dict[str, Any], declared_empty: float, expected: Expected, ba
 
 def judge_cache_write(expected_cache, written) -> list[Symptom]:
     """The kernel's cache writer against the oracle's `write_kv`: every byte of the pool (canaries in
-    untouched slots included) and the scale caches must be equal."""
+    untouched slots included) and the scale caches must be equal (int4: see `judge_int4_write`)."""
+    if expected_cache.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
+        return judge_int4_write(expected_cache, written)
     out = []
     pairs = list(zip(expected_cache.paged.tensors, written.paged.tensors))
     written_scales = written.scale_caches
@@ -198,3 +201,43 @@ def judge_cache_write(expected_cache, written) -> list[Symptom]:
         out.append(Symptom(Verdict.CONTRACT, "cache-write",
                            f"the written cache differs from the oracle's in {differ} bytes (first at index {first})"))
     return out
+
+
+TIE_QUANTA = 1.5  # a code flip (1) or a zero point flip pushing the extreme code into the clamp (1.5)
+
+
+def judge_int4_write(expected_cache, written) -> list[Symptom]:
+    """int4 writers rotate in finite precision (vLLM's in fp32, or bf16 through its Hadamard kernel), so a
+    code may flip where the exact rotation sits on a rounding tie, and a zero point on a tie moves the
+    extreme element's code into the clamp: each dequantized element in the rotated domain,
+    (n - zero point) * scale, must be within 1.5 quanta of the oracle's; untouched slots (NaN or finite
+    canary scales) must stay untouched. A wrong sign vector, nibble order, zero point or scale moves
+    elements by many quanta."""
+    from reference import int4
+
+    bad_total, first, worst = 0, None, 0.0
+    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), "k_token_scales"),
+             (expected_cache.paged.value_view(), written.paged.value_view(), "v_token_scales"))
+    for want_codes, got_codes, name in pairs:
+        want_stored = getattr(expected_cache, name).detach().cpu()
+        got_stored = written.scale_caches[name].detach().cpu()
+        if want_codes.shape != got_codes.shape or want_stored.shape != got_stored.shape:
+            return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got_codes.shape)}, "
+                                                             f"expected {tuple(want_codes.shape)}")]
+        ws, wz = int4.split_scale(want_stored)
+        gs, gz = int4.split_scale(got_stored)
+        w = (int4.unpack_nibbles(want_codes.detach().cpu()).double() - wz.double()[..., None]) * ws.double()[..., None]
+        g = (int4.unpack_nibbles(got_codes.detach().cpu()).double() - gz.double()[..., None]) * gs.double()[..., None]
+        quanta = (w - g).abs() / torch.maximum(ws, gs).double()[..., None]
+        touched = ~torch.isnan(w) | ~torch.isnan(g)
+        bad = touched & ~(quanta <= TIE_QUANTA)  # NaN on one side only is bad too
+        bad_total += int(bad.sum())
+        if bool(bad.any()):
+            worst = max(worst, float(quanta[bad].nan_to_num(float("inf")).max()))
+        if first is None and bool(bad.any()):
+            first = tuple(int(x) for x in bad.nonzero()[0])
+    if bad_total:
+        return [Symptom(Verdict.CONTRACT, "cache-write", f"the written int4 cache decodes more than {TIE_QUANTA} "
+                                                         f"quanta from the oracle's at {bad_total} elements (first at "
+                                                         f"{first}, worst {worst:.3g} quanta)")]
+    return []

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from backends._convert import torch_before
-from reference.case import Case
+from reference.case import Case, KVCacheDType
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,10 @@ class Finding:
         return all(self.explains(s.get("message", "")) for s in symptoms)
 
 
+def _int4(case: Case) -> bool:
+    return case.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD
+
+
 def _has_empty_side(case: Case) -> bool:
     return any(q == 0 or k == 0 for q, k in zip(case.query_lens, case.kv_lens))
 
@@ -49,6 +53,11 @@ KNOWN: tuple[Finding, ...] = (
     *(Finding(name, lambda c: sum(c.kv_lens) == 0, "https://github.com/pytorch/pytorch/pull/147010",
               "flex_attention raises IndexError when the packed key length is 0")
       for name in ("flex", "flex-compiled", "flex-cuda", "flex-compiled-cuda")),
+    Finding("vllm-pth-writes-cache", _int4, "https://github.com/vllm-project/vllm/issues/57014",
+            "hadacore_transform (the Hadamard kernel of vLLM's int4 cache writer) reads stale shared memory for "
+            "its last rows: codes 7-15 quanta off in about 1 of 10 int4 writes. The issue reports inputs over "
+            "8,192 rows; on an H100 it also happens at 9-62 rows (tools/probe-hadacore.py)",
+            symptom=r"int4 cache decodes"),
 )
 
 

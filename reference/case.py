@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from .int4 import is_power_of_two
+
 
 class CaseError(ValueError):
     """A Case field holds a value outside what the semantics allow; the message names the field."""
@@ -100,6 +102,8 @@ class KVCacheDType(Enum):
     # kept in scale caches [num_blocks, block_size, H_kv]; the Quant's static scales are unused.
     INT8_PER_TOKEN_HEAD = "int8_per_token_head"
     FP8_PER_TOKEN_HEAD = "fp8_per_token_head"
+    # ... and its int4 mode: Hadamard-rotated, asymmetric 4-bit codes two per byte (reference/int4.py).
+    INT4_PER_TOKEN_HEAD = "int4_per_token_head"
 
     @property
     def is_fp8(self) -> bool:
@@ -113,12 +117,18 @@ class KVCacheDType(Enum):
 
     @property
     def is_per_token_head(self) -> bool:
-        return self in (KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD)
+        return self in (KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD,
+                        KVCacheDType.INT4_PER_TOKEN_HEAD)
 
     @property
     def is_one_byte(self) -> bool:
         """Keys stored one byte per element."""
-        return self.is_fp8 or self.is_int8 or self.is_per_token_head
+        return self.is_fp8 or self.is_int8 or self in (KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD)
+
+    def holds_heads(self, head_size: int, head_size_v: int) -> bool:
+        """Whether this kv dtype can store vectors of these sizes: int4's rotation needs powers of two."""
+        return self != KVCacheDType.INT4_PER_TOKEN_HEAD or all(d >= 2 and is_power_of_two(d)
+                                                                for d in (head_size, head_size_v))
 
     def holds(self, dtype: DType) -> bool:
         """Whether a cache of this kv dtype can hold a model of `dtype`: a 16-bit cache holds its own dtype only."""
@@ -616,6 +626,12 @@ def _validate_cache(case: Case) -> None:
                  f"Case.cache.quant: kv_cache_dtype={q.kv_cache_dtype.value} computes its scales per token and "
                  f"head; needs k_scales=v_scales=(1.0,), no dynamic_scales, no q_fp8_scale, a layout other than "
                  f"mla_latent")
+    _require(q.kv_cache_dtype.holds_heads(case.head_size, case.value_size),
+             f"Case.head_size={case.head_size}, head_size_v={case.value_size}: kv_cache_dtype="
+             f"{q.kv_cache_dtype.value} rotates each vector by a Hadamard transform; both must be powers of two >= 2")
+    _require(q.kv_cache_dtype != KVCacheDType.INT4_PER_TOKEN_HEAD or c.layout != KVLayout.PAGED_V0,
+             f"Case.cache.layout=paged_v0: kv_cache_dtype={q.kv_cache_dtype.value} packs two codes per byte; "
+             f"use another layout")
     _require(q.kv_cache_dtype.holds(case.dtype),
              f"Case.cache.quant.kv_cache_dtype={q.kv_cache_dtype.value}: a 16-bit cache must match "
              f"Case.dtype={case.dtype.value}")

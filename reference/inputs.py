@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import layouts, quant
+from . import int4, layouts, quant
 from .case import AttentionType, BlockTableKind, Case, KVCacheDType, KVLayout, ValueDistribution
 from .layouts import PagedCache
 
@@ -302,11 +302,13 @@ def empty_cache(case: Case, num_blocks: int, v_channel_scale: Tensor | None, k_s
     key_dtype = {KVCacheDType.FP8_E4M3: torch.float8_e4m3fn, KVCacheDType.FP8_E5M2: torch.float8_e5m2,
                  KVCacheDType.INT8_KV: torch.int8, KVCacheDType.INT8_K_FP16_V: torch.int8,
                  KVCacheDType.INT8_PER_TOKEN_HEAD: torch.int8,
-                 KVCacheDType.FP8_PER_TOKEN_HEAD: torch.float8_e4m3fn}.get(kvd, model)
+                 KVCacheDType.FP8_PER_TOKEN_HEAD: torch.float8_e4m3fn,
+                 KVCacheDType.INT4_PER_TOKEN_HEAD: torch.uint8}.get(kvd, model)
     value_dtype = model if kvd == KVCacheDType.INT8_K_FP16_V else key_dtype
-    paged = layouts.allocate(spec.layout, num_blocks, spec.block_size, case.num_kv_heads, case.head_size,
-                             case.value_size, key_dtype, value_dtype, layers=spec.layers, layer=spec.layer,
-                             finite=spec.finite_canaries)
+    per_byte = 2 if kvd == KVCacheDType.INT4_PER_TOKEN_HEAD else 1  # int4: two codes per stored byte
+    paged = layouts.allocate(spec.layout, num_blocks, spec.block_size, case.num_kv_heads, case.head_size // per_byte,
+                             case.value_size // per_byte, key_dtype, value_dtype, layers=spec.layers,
+                             layer=spec.layer, finite=spec.finite_canaries)
     poison = layouts.FINITE_CANARY if spec.finite_canaries else float("nan")
     k_scale_cache = k_tokens = v_tokens = None
     if kvd.is_int8:
@@ -331,8 +333,11 @@ def write_kv(cache: KVCache, key: Tensor, value: Tensor, slot_mapping: Tensor) -
         at = _block_offset(slot_mapping[keep], cache.paged.block_size)
         cache.k_scale_cache.permute(0, 2, 1)[at] = token_scale[keep].to(cache.k_scale_cache.dtype)
     elif kvd.is_per_token_head:
-        k_scales, v_scales = quant.per_token_head_scale(key, kvd), quant.per_token_head_scale(value, kvd)  # [N, H_kv]
-        k, v = quant.quantize_per_token_head(key, k_scales, kvd), quant.quantize_per_token_head(value, v_scales, kvd)
+        if kvd == KVCacheDType.INT4_PER_TOKEN_HEAD:  # the "scales" carry the zero points in their low bits
+            (k, k_scales), (v, v_scales) = int4.encode(key), int4.encode(value)
+        else:
+            k_scales, v_scales = quant.per_token_head_scale(key, kvd), quant.per_token_head_scale(value, kvd)  # [N, H_kv]
+            k, v = quant.quantize_per_token_head(key, k_scales, kvd), quant.quantize_per_token_head(value, v_scales, kvd)
         keep = slot_mapping >= 0
         at = _block_offset(slot_mapping[keep], cache.paged.block_size)
         cache.k_token_scales[at], cache.v_token_scales[at] = k_scales[keep], v_scales[keep]
@@ -355,6 +360,8 @@ def read_kv(cache: KVCache, block_table_row: Tensor, length: int, dtype: torch.d
         return k, v
     if kvd.is_per_token_head:
         k_scales, v_scales = cache.k_token_scales[at], cache.v_token_scales[at]  # [length, H_kv]
+        if kvd == KVCacheDType.INT4_PER_TOKEN_HEAD:
+            return int4.decode(k, k_scales).to(dtype), int4.decode(v, v_scales).to(dtype)
         return quant.dequantize(k, k_scales[..., None], dtype), quant.dequantize(v, v_scales[..., None], dtype)
     return quant.dequantize(k, _per_head(cache.k_scale), dtype), quant.dequantize(v, _per_head(cache.v_scale), dtype)
 

@@ -137,19 +137,21 @@ FINITE_CANARY = 30.0  # large enough that one unmasked read moves the output far
 
 def canaries(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str = "cpu",
              finite: bool = False) -> Tensor:
-    """A tensor of poison: NaN for floats, the 0x7F byte (a NaN) for fp8, 127 for int8 (no NaN).
+    """A tensor of poison: NaN for floats, the 0x7F byte (a NaN) for fp8, 127 for int8, 0xFF for packed int4.
 
     finite=True fills FINITE_CANARY instead, for kernels that load whole pages and mask unused slots
     by multiplying with a zero probability (0 * NaN = NaN, which real caches, zero-initialized, avoid).
     """
     if finite:
-        if dtype == torch.int8:
+        if dtype in (torch.int8, torch.uint8):
             return torch.full(shape, 127, dtype=dtype, device=device)
         return torch.full(shape, FINITE_CANARY, dtype=torch.float32, device=device).to(dtype)
     if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         return torch.full(shape, 0x7F, dtype=torch.uint8, device=device).view(dtype)
     if dtype == torch.int8:
         return torch.full(shape, 127, dtype=dtype, device=device)
+    if dtype == torch.uint8:  # packed int4 codes have no NaN either: their scales (NaN) carry the poison
+        return torch.full(shape, 0xFF, dtype=dtype, device=device)
     return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
 

@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED=1 ATTNREF_XFORMERS_FORCE_CUDA_FLAG=1
 BASE=$PWD
 run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
   local path=$1 secs=$2; shift 2
-  [ $# -eq 0 ] && return
+  [ $# -eq 0 ] || [ "$secs" = 0 ] && return  # no backend, or a part's time set to 0: skipped
   local args=""; for b in "$@"; do args="$args --backend $b"; done
   PYTHONPATH=$BASE:$path timeout $((secs + 90)) python3 -m cli fuzz $args --time "$secs" --workers "${WORKERS:-auto}" --quiet \
     --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" >> "$OUT/campaign.log" 2>&1
@@ -68,6 +68,13 @@ for g in $PARTS; do
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFA4:-90}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-fa4-paged$')
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMTRITON:-70}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-triton$')
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFLASH:-50}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-flash$') ;;
+    vllmint4)  # session 9: int4 per-token-head caches (Hadamard-rotated nibbles): unified attention, vLLM's
+      # writer, TRITON_ATTN whole; then the standalone reproducer of the mask rules its dispatch drops
+      INT4='{"kv_cache_dtypes": ["int4_per_token_head"], "head_sizes": [32, 64, 128, 256]}'
+      LIMITS="$INT4" run "${PYTHONPATH:-}" "${TIME_VLLMINT4:-120}" $(avail "${PYTHONPATH:-}" '^vllm-(triton-unified|pth-writes-cache)$')
+      LIMITS="$INT4" run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMINT4WHOLE:-90}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-triton$')
+      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 120 python3 benchmarks/results/repro-vllm-int4-drops-mask-rules.py \
+        > "$OUT/repro-int4.txt" 2>&1; echo "exit $?" >> "$OUT/repro-int4.txt" ;;
     vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-') ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)

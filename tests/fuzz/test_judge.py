@@ -166,3 +166,27 @@ def test_a_cache_writer_is_compared_bit_for_bit():
     assert "cache-write" not in {s["symptom"] for s in evaluate(NaivePaged(), case).row.get("symptoms", [])}
     row = evaluate(NaivePaged(Bug.SLOT_MINUS_ONE_WRITTEN), case).row
     assert "cache-write" in {s["symptom"] for s in row["symptoms"]}, row["symptoms"]
+
+
+def test_an_int4_cache_write_may_flip_a_tie_but_not_move_a_code_further():
+    """int4 writers rotate in finite precision: one code one step off is a rounding tie; nibbles swapped,
+    or a write into a slot the oracle left untouched, is a broken writer."""
+    from fuzz.judge import judge_int4_write
+
+    quant = r.Quant(kv_cache_dtype=r.KVCacheDType.INT4_PER_TOKEN_HEAD)
+    case = r.Case(sequences=(r.SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
+                  dtype=r.DType.BFLOAT16, cache=r.CacheSpec(block_size=4, padding_slots=2, quant=quant), seed=5)
+    want = r.materialize(case).cache
+    assert judge_int4_write(want, want.clone()) == []
+    tie = want.clone()
+    byte = tie.paged.key_view()[0, 0, 0, 0]
+    tie.paged.key_view()[0, 0, 0, 0] = byte + 1 if int(byte) & 15 < 15 else byte - 1  # low nibble one step
+    assert judge_int4_write(want, tie) == []
+    swapped = want.clone()
+    kv = swapped.paged.key_view()
+    kv.copy_((kv >> 4) | (kv << 4))
+    assert [s.kind for s in judge_int4_write(want, swapped)] == ["cache-write"]
+    stray = want.clone()
+    free = torch.isnan(stray.k_token_scales).nonzero()[0]
+    stray.k_token_scales[tuple(free)] = 1.0
+    assert [s.kind for s in judge_int4_write(want, stray)] == ["cache-write"]
