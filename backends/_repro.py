@@ -93,8 +93,10 @@ def draw_inputs(case: Case) -> str:
         lines += ["        which = torch.randint(0, 4, (kv_len,), generator=g)",
                   "        k = prototypes[which] * 2.0 + 0.05 * k  # near-duplicate keys: peaked, near-tied softmax"]
     elif dist == "outliers":
-        lines += ["        if kv_len:",
-                  "            k[torch.randint(0, kv_len, (max(1, kv_len // 16),), generator=g)] *= 8.0"]
+        lines += ["        if kv_len:", "            tokens = torch.randint(0, kv_len, (max(1, kv_len // 16),), generator=g)"]
+        if case.values.outliers_at_edge:
+            lines += ["            tokens = torch.cat([tokens, torch.tensor([kv_len - 1])])  # the edge key among them"]
+        lines += ["            k[tokens] *= 8.0"]
     elif dist == "recent":
         lines += ["        j = torch.arange(kv_len, dtype=torch.float32)",
                   "        ramp = torch.maximum((j / max(kv_len - 1, 1)) ** 2, torch.exp2(-(kv_len - 1 - j) / 4))",

@@ -396,7 +396,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         # At logit scales >= 8 rows are near one-hot on whichever key scores highest: a one-key shift moves them
         # only when that key is the edge one (vLLM's kernels, bf16: 24-38 % of such cases were blind)
         distribution = ValueDistribution.EDGE
-    values = Values(distribution=distribution, logit_scale=logit_scale)
+    values = Values(distribution=distribution, logit_scale=logit_scale,
+                    outliers_at_edge=distribution == ValueDistribution.OUTLIERS)
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
     scale = draw(st.sampled_from(scales)) if draw(st.integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
     encodings = tuple((name, draw(st.sampled_from(spellings))) for name, spellings in caps.encodings)

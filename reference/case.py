@@ -222,6 +222,9 @@ class CacheSpec:
 class Values:
     distribution: ValueDistribution = ValueDistribution.NORMAL
     logit_scale: float = 1.0  # multiplies q: logits grow ~linearly with it
+    # outliers only: each sequence's last key is one of the 8x tokens (drawn since 2026-11-23; False, the default,
+    # keeps the tensors of cases saved before)
+    outliers_at_edge: bool = False
 
 
 @dataclass(frozen=True)
@@ -532,6 +535,9 @@ def validate(case: Case) -> None:
         f"Case.encodings={case.encodings!r}: pairs (name, spelling) of strings, each name once")
     _require(case.values.logit_scale > 0 and math.isfinite(case.values.logit_scale),
              f"Case.values.logit_scale={case.values.logit_scale!r}: must be a finite number > 0")
+    _require(not case.values.outliers_at_edge or case.values.distribution == ValueDistribution.OUTLIERS,
+             f"Case.values.outliers_at_edge=True: only with distribution=outliers "
+             f"(got {case.values.distribution.value})")
     _require(isinstance(case.seed, int) and 0 <= case.seed < 2**63,
              f"Case.seed={case.seed!r}: must be an integer in [0, 2**63)")
 

@@ -180,6 +180,8 @@ def _draw_keys_values(case: Case, gen: torch.Generator) -> tuple[list[Tensor], l
             k = prototypes[which] * 2.0 + 0.05 * k
         elif case.values.distribution == ValueDistribution.OUTLIERS and n > 0:
             tokens = torch.randint(0, n, (max(1, n // 16),), generator=gen)
+            if case.values.outliers_at_edge:  # the key a one-key mask shift moves then weighs like the outliers,
+                tokens = torch.cat([tokens, torch.tensor([n - 1])])  # which otherwise hide it (19 % were blind)
             k[tokens] *= 8.0
         elif case.values.distribution == ValueDistribution.RECENT:
             u, a = recency_direction(case)

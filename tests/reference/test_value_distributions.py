@@ -44,3 +44,21 @@ def test_edge_boost_grows_with_length_and_logit_scale_and_equals_the_margin_for_
     assert edge_boost(case, 100) < edge_boost(case, 10_000)
     loud = case.replace(values=r.Values(r.ValueDistribution.EDGE, 50.0))
     assert edge_boost(case, 1000) < edge_boost(loud, 1000)
+
+
+@pytest.mark.parametrize("keys", [1, 17, 300])
+def test_outliers_at_edge_makes_the_last_key_an_outlier_and_leaves_the_rest_as_saved_cases_had_them(keys):
+    seqs = (r.SequenceSpec(query_len=2, encoder_len=keys),)
+    old = r.Case(sequences=seqs, attn_type=r.AttentionType.ENCODER_DECODER, seed=3,
+                 values=r.Values(r.ValueDistribution.OUTLIERS))
+    new = old.replace(values=r.Values(r.ValueDistribution.OUTLIERS, outliers_at_edge=True))
+    k_old, k_new = materialize(old).keys[0], materialize(new).keys[0]
+    assert torch.equal(materialize(old).query, materialize(new).query)  # the generator's stream is unchanged
+    assert torch.equal(k_old[:-1], k_new[:-1])
+    assert torch.equal(k_new[-1], k_old[-1]) or torch.equal(k_new[-1], 8 * k_old[-1])  # already an outlier, or now
+    if keys > 1:
+        assert (k_new[-1].norm(dim=-1) > 4 * k_new[:-1].norm(dim=-1).median(0).values).all()  # per kv head
+
+def test_outliers_at_edge_belongs_to_the_outliers_class():
+    with pytest.raises(r.CaseError, match="outliers_at_edge"):
+        r.Case(sequences=(r.SequenceSpec(1, 4),), values=r.Values(r.ValueDistribution.NORMAL, outliers_at_edge=True))
