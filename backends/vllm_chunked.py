@@ -50,11 +50,13 @@ class PerTokenHeadWriter(TritonUnified):
     """`triton_reshape_and_cache_flash_per_token_head_quant` stores the new tokens (each (token, head)
     quantized with its own scale, written to the scale caches), then unified attention reads what it
     wrote. The written cache and both scale caches are compared with the oracle's `write_kv` byte for
-    byte (symptom `cache-write`): the writer computes `x * (1 / scale)` in Triton, the oracle `x / scale`."""
+    byte (symptom `cache-write`): the writer computes `x * (1 / scale)` in Triton, the oracle `x / scale`.
+    int4 (`reshape_and_cache_int4`, Hadamard-rotated through bf16) is judged within 1.5 quanta per element."""
 
     name = "vllm-pth-writes-cache"
     module = "vllm.v1.attention.ops.triton_reshape_and_cache_flash"
-    description = "vLLM's per-token-head quantizing cache writer, then unified attention; cache compared bit for bit"
+    description = ("vLLM's per-token-head quantizing cache writer, then unified attention; cache compared bit for bit "
+                   "(int4: within 1.5 quanta, attention judged over the written codes)")
     caps = replace(TritonUnified.caps, writes_cache=True, attn_types=frozenset({AttentionType.DECODER}),
                    features=TritonUnified.caps.features - {Feature.MORE_QUERIES_THAN_KEYS, Feature.PAGED_KERNEL},
                    kv_cache_dtypes=frozenset({KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD,

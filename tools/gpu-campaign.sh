@@ -3,7 +3,7 @@
 #   PARTS="replay fa4 xformers flashinfer torch" TIME_FA4=100 ... bash tools/gpu-campaign.sh
 # Fuzzes every available CUDA backend, grouped (JIT-heavy third-party libraries get their own time),
 # xformers in its own PYTHONPATH (see gpu-setup.sh), then builds the report and the throughput
-# table. Everything lands in $OUT (results tarball, logs, summary).
+# table. Everything lands in $OUT (gpu-results.tar.xz, logs, summary; `attnref report` rebuilds the report).
 set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"
 RES=${RES:-/tmp/gpu-results}
@@ -21,6 +21,11 @@ run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
 path_for() {  # path_for BACKEND: the PYTHONPATH its replay needs (xformers apart; vLLM's config code for some)
   case $1 in xformers-*) echo /tmp/site-xf ;; vllm-backend-*|vllm-fa4-*) echo "${PYTHONPATH:-}:/tmp/vdeps" ;;
              *) echo "${PYTHONPATH:-}" ;; esac
+}
+pack() {  # rows, cases, coverage and summary, xz: what `attnref report` rebuilds the rest from (the full folder
+  # grew past what a device call brings back: 72 MB of rows, 50 MB of results.csv in one session)
+  tar cJf "$OUT/gpu-results.tar.xz" -C "$(dirname "$RES")" --exclude='*.pt' --exclude=results.csv \
+    --exclude=results.parquet --exclude=junit.xml --exclude=report "$(basename "$RES")"
 }
 avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
   PYTHONPATH=$BASE:$1 python3 -m cli backends | awk -v re="$2" '$2 == "available" && $1 ~ re {print $1}'
@@ -104,9 +109,9 @@ for g in $PARTS; do
       done ;;
   esac
   # pack after every part: a call cut by its time limit still brings back what the parts before it found
-  tar czf "$OUT/gpu-results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")" 2>/dev/null
+  pack 2>/dev/null
 done
 PYTHONPATH=$BASE python3 -m cli report "$RES" >> "$OUT/campaign.log" 2>&1
 PYTHONPATH=$BASE python3 benchmarks/throughput.py "$RES" > "$OUT/throughput.md" 2>&1
-tar czf "$OUT/gpu-results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")"
+pack
 ls -la "$OUT"
