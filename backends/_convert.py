@@ -114,6 +114,11 @@ def alibi_query_term(case, slopes: Tensor) -> Tensor:
     return positions[:, None] * slopes.float().cpu()[None, :]
 
 
+def round_half_away(x: Tensor) -> Tensor:
+    """Nearest integer, ties away from zero, as vLLM's Triton writers round (+-0.5, then truncate)."""
+    return torch.where(x >= 0, x + 0.5, x - 0.5).trunc()
+
+
 def lse_natural(lse: Tensor, base_two: bool) -> Tensor:
     """Convert a kernel's LSE to natural log (FlashInfer returns log2)."""
     return lse.float() / LOG2_E if base_two else lse.float()

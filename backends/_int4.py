@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._convert import round_half_away
+
 _SEED = 0x9E3779B9  # vLLM's _get_rht_signs(d, round_idx=0)
 
 
@@ -29,17 +31,13 @@ def fwht(x: Tensor) -> Tensor:
     return x
 
 
-def _half_away(x: Tensor) -> Tensor:
-    return torch.where(x >= 0, x + 0.5, x - 0.5).trunc()
-
-
 def store(x: Tensor) -> tuple[Tensor, Tensor]:
     """(packed uint8 [..., D / 2], fp32 scales carrying the zero points [...]) of x [..., D]."""
     r = fwht(x.float() * _signs(x.shape[-1], x.device)).to(x.dtype).float()
     lo, hi = r.amin(-1), r.amax(-1)
     scale = ((hi - lo) / torch.full_like(hi, 15.0)).clamp(min=1e-6)
-    zero = _half_away(-lo / scale).clamp(0, 15)
-    codes = _half_away(r * (1.0 / scale)[..., None] + zero[..., None]).clamp(0, 15).to(torch.uint8)
+    zero = round_half_away(-lo / scale).clamp(0, 15)
+    codes = round_half_away(r * (1.0 / scale)[..., None] + zero[..., None]).clamp(0, 15).to(torch.uint8)
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     carried = (scale.view(torch.int32) & -16) | zero.to(torch.int32)
     return packed, carried.view(torch.float32)

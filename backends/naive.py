@@ -18,7 +18,7 @@ from reference.case import CausalAlignment, AlibiConvention, AttentionType, DTyp
 from reference.inputs import Inputs
 
 from . import _int4
-from ._convert import LOG2_E, key_offset
+from ._convert import LOG2_E, key_offset, round_half_away
 from .base import ALL_FEATURES, Actual, Backend, Capabilities, Feature, LseBase, poisoned_output
 
 FP8 = {KVCacheDType.FP8_E4M3: (torch.float8_e4m3fn, 448.0), KVCacheDType.FP8_E5M2: (torch.float8_e5m2, 57344.0)}
@@ -123,7 +123,7 @@ class NaivePaged(Backend):
             cache.k_token_scales[blk, off], cache.v_token_scales[blk, off] = ks, vs
             k, v = k / ks[..., None], v / vs[..., None]
             if fmt == torch.int8:  # half away from zero, as vLLM's writer rounds before its truncating store
-                k, v = torch.where(k >= 0, k + 0.5, k - 0.5).trunc(), torch.where(v >= 0, v + 0.5, v - 0.5).trunc()
+                k, v = round_half_away(k), round_half_away(v)
             k, v = k.clamp(-top - (fmt == torch.int8), top).to(fmt), v.clamp(-top - (fmt == torch.int8), top).to(fmt)
         kview[blk, off] = k.reshape(k.shape[0], *kview.shape[2:]).to(kview.dtype)
         vview[blk, off] = v.to(vview.dtype)

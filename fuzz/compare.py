@@ -93,8 +93,9 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
     kernel_inputs = oracle_inputs if odev == dev else to_device(host, dev)
     _sync(dev)
     t1 = time.perf_counter()
+    base_dtype = baseline_dtype(case.dtype, case.kv_cache_dtype)
     expected = attention(oracle_inputs)
-    baseline = attention(oracle_inputs, dtype=baseline_dtype(case.dtype, case.kv_cache_dtype), reorder=True)
+    baseline = attention(oracle_inputs, dtype=base_dtype, reorder=True)
     _sync(odev)
     t2 = time.perf_counter()
     row.update(materialize_s=t1 - t0, oracle_s=t2 - t1, oracle_device=odev.type)
@@ -120,7 +121,7 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         # kernel computed is judged over the codes it wrote, not over the oracle's
         over_written = to_device(replace(kernel_inputs, cache=actual.written_cache), odev)
         expected = attention(over_written)
-        baseline = attention(over_written, dtype=baseline_dtype(case.dtype, case.kv_cache_dtype), reorder=True)
+        baseline = attention(over_written, dtype=base_dtype, reorder=True)
     judge(row, backend.caps, oracle_inputs, expected, baseline, actual)
     if check_blind and row["verdict"] == Verdict.PASS.value:
         changed: list[bool] = []

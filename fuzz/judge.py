@@ -224,18 +224,16 @@ def judge_int4_write(expected_cache, written) -> list[Symptom]:
         if want_codes.shape != got_codes.shape or want_stored.shape != got_stored.shape:
             return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got_codes.shape)}, "
                                                              f"expected {tuple(want_codes.shape)}")]
-        ws, wz = int4.split_scale(want_stored)
-        gs, gz = int4.split_scale(got_stored)
-        w = (int4.unpack_nibbles(want_codes.detach().cpu()).double() - wz.double()[..., None]) * ws.double()[..., None]
-        g = (int4.unpack_nibbles(got_codes.detach().cpu()).double() - gz.double()[..., None]) * gs.double()[..., None]
-        quanta = (w - g).abs() / torch.maximum(ws, gs).double()[..., None]
+        w = int4.dequantize(want_codes.detach().cpu(), want_stored)
+        g = int4.dequantize(got_codes.detach().cpu(), got_stored)
+        quantum = torch.maximum(int4.split_scale(want_stored)[0], int4.split_scale(got_stored)[0]).double()
+        quanta = (w - g).abs() / quantum[..., None]
         touched = ~torch.isnan(w) | ~torch.isnan(g)
         bad = touched & ~(quanta <= TIE_QUANTA)  # NaN on one side only is bad too
-        bad_total += int(bad.sum())
         if bool(bad.any()):
+            bad_total += int(bad.sum())
             worst = max(worst, float(quanta[bad].nan_to_num(float("inf")).max()))
-        if first is None and bool(bad.any()):
-            first = tuple(int(x) for x in bad.nonzero()[0])
+            first = first or tuple(int(x) for x in bad.nonzero()[0])
     if bad_total:
         return [Symptom(Verdict.CONTRACT, "cache-write", f"the written int4 cache decodes more than {TIE_QUANTA} "
                                                          f"quanta from the oracle's at {bad_total} elements (first at "

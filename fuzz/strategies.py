@@ -193,6 +193,7 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
                 head_size_v: int, block_size: int, limits: Limits = Limits()) -> CacheSpec:
     layouts = sorted(caps.kv_layouts, key=lambda x: x.value)
     focus = focus_values(caps.kv_cache_dtypes, limits.kv_cache_dtypes, key=lambda x: x.value)
+
     def fits(d: KVCacheDType) -> bool:
         return d.holds(dtype) and d.holds_heads(head_size, head_size_v)
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
-from .int4 import is_power_of_two
+
+def is_power_of_two(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
 
 
 class CaseError(ValueError):

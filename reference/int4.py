@@ -23,14 +23,13 @@ import functools
 import torch
 from torch import Tensor
 
+from .case import is_power_of_two
+from .quant import round_half_away
+
 SIGN_SEED = 0x9E3779B9  # vLLM's seed for the one rotation round int4 uses
 LEVELS = 15  # codes 0..15
 MIN_SCALE = 1e-6  # the writer's floor
 ZERO_POINT_BITS = 0xF  # the scale's low mantissa bits that carry the zero point
-
-
-def is_power_of_two(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,16 +63,12 @@ def unrotate(r: Tensor) -> Tensor:
     return (r.to(torch.float64) @ sylvester(d).to(r.device)) * rotation_signs(d).to(r.device) / d
 
 
-def _round_half_away(x: Tensor) -> Tensor:
-    return torch.sign(x) * torch.floor(x.abs() + 0.5)
-
-
 def scale_and_zero_point(r: Tensor) -> tuple[Tensor, Tensor]:
     """fp32 scale [...] = max((max - min) / 15, 1e-6) and int zero point [...] of each vector's last dim."""
     r = r.to(torch.float32)
     lo, hi = r.amin(-1), r.amax(-1)
     scale = torch.clamp((hi - lo) / torch.full_like(hi, LEVELS), min=MIN_SCALE)
-    zero = _round_half_away(-lo / scale).clamp(0, LEVELS)
+    zero = round_half_away(-lo / scale).clamp(0, LEVELS)
     return scale, zero.to(torch.int32)
 
 
@@ -81,7 +76,7 @@ def codes(r: Tensor, scale: Tensor, zero: Tensor) -> Tensor:
     """uint8 codes clamp(round(r * (1 / scale) + z), 0, 15); the writer multiplies by the fp32 reciprocal."""
     inv = (1.0 / scale.to(torch.float32))[..., None]
     y = r.to(torch.float32) * inv + zero.to(torch.float32)[..., None]
-    return _round_half_away(y).clamp(0, LEVELS).to(torch.uint8)
+    return round_half_away(y).clamp(0, LEVELS).to(torch.uint8)
 
 
 def pack_nibbles(n: Tensor) -> Tensor:
@@ -113,8 +108,14 @@ def encode(x: Tensor) -> tuple[Tensor, Tensor]:
     return pack_nibbles(codes(r, scale, zero)), hide_zero_point(scale, zero)
 
 
-def decode(packed: Tensor, stored: Tensor) -> Tensor:
-    """The vectors a reader attends to, float64 [..., D]: unrotate((n - z) * scale)."""
+def dequantize(packed: Tensor, stored: Tensor) -> Tensor:
+    """The rotated vectors the codes stand for, float64 [..., D]: (n - z) * scale, the scale's zero-point
+    bits cleared."""
     scale, zero = split_scale(stored)
     n = unpack_nibbles(packed).to(torch.float64)
-    return unrotate((n - zero.to(torch.float64)[..., None]) * scale.to(torch.float64)[..., None])
+    return (n - zero.to(torch.float64)[..., None]) * scale.to(torch.float64)[..., None]
+
+
+def decode(packed: Tensor, stored: Tensor) -> Tensor:
+    """The vectors a reader attends to, float64 [..., D]: unrotate((n - z) * scale)."""
+    return unrotate(dequantize(packed, stored))

@@ -59,12 +59,17 @@ def per_token_head_scale(x: Tensor, fmt: KVCacheDType) -> Tensor:
     return torch.clamp(amax / torch.full_like(amax, TOKEN_HEAD_MAX[fmt]), min=TOKEN_HEAD_MIN_SCALE)
 
 
+def round_half_away(x: Tensor) -> Tensor:
+    """Round to the nearest integer, ties away from zero (vLLM's Triton writers: +-0.5, then truncate)."""
+    return torch.sign(x) * torch.floor(x.abs() + 0.5)
+
+
 def quantize_per_token_head(x: Tensor, scale: Tensor, fmt: KVCacheDType) -> Tensor:
     """x / scale[..., None] stored as int8 (round half away from zero) or fp8 e4m3 (nearest even),
     saturated to the format's range."""
     y = x.to(torch.float32) / scale[..., None]
     if fmt == KVCacheDType.INT8_PER_TOKEN_HEAD:
-        return (torch.sign(y) * torch.floor(y.abs() + 0.5)).clamp(-128, 127).to(torch.int8)
+        return round_half_away(y).clamp(-128, 127).to(torch.int8)
     return y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
 
 
