@@ -144,7 +144,7 @@ class Fa3Paged(VllmBackend):
         return {}
 
     def call(self, inputs: Inputs, q, k, v, *, causal: bool, seqused_k=None, cu_k=None, max_k: int,
-             block_table=None, window=None, sinks=None, out=None):
+             block_table=None, window=None, sinks=None, out=None, extra: dict | None = None):
         from vllm.vllm_flash_attn import flash_attn_varlen_func
 
         case = inputs.case
@@ -170,6 +170,7 @@ class Fa3Paged(VllmBackend):
         if seqused_k is not None and case.encoding("scheduler", "jit") == "aot" and self.fa_version == 3:
             kw["scheduler_metadata"] = _aot_schedule(case, q, kw, seqused_k, causal)
         kw.update(self.extra_args(case, dev, window))
+        kw.update(extra or {})
         result = flash_attn_varlen_func(q, k, v, **kw)
         return result if isinstance(result, tuple) else (result, None)
 

@@ -4,6 +4,7 @@
 |---|---|---|
 | `vllm-backend-triton` | `v1/attention/backends/triton_attn.TritonAttentionBackend` | its metadata builder, `do_kv_cache_update` (Triton writer, per-token-head quantizer), `forward` (unified_attention) |
 | `vllm-backend-flash` | `v1/attention/backends/flash_attn.FlashAttentionBackend` | its metadata builder (FA3 ahead-of-time scheduler metadata, cascade), `do_kv_cache_update` (CUDA writer), `forward` (FA3) |
+| `vllm-backend-flex` | `v1/attention/backends/flex_attention.FlexAttentionBackend` | its metadata builder (paged block mask built directly from the block table), `do_kv_cache_update` (CUDA writer), `forward` (compiled `flex_attention` with its mask_mods: causal, sliding window, PrefixLM) |
 
 Per case: a `VllmConfig` from a directory holding only a tiny llama `config.json` with the case's head
 counts (nothing downloaded); an `AttentionImpl` built under that config on the GPU (as model loading
@@ -128,6 +129,7 @@ class LayerBackend(Backend):
             layer = _layer(impl, k_scale, v_scale, dev)
             cfg.compilation_config.static_forward_context[LAYER] = layer
             num_blocks = inputs.cache.paged.num_blocks
+            cfg.cache_config.num_gpu_blocks = num_blocks  # set by the engine after profiling; FLEX's builder reads it
             shape = backend_cls.get_kv_cache_shape(num_blocks, bs, case.num_kv_heads, case.head_size, kvd)
             order = backend_cls.get_kv_cache_stride_order()
             storage_dtype = case.dtype.torch if kvd == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kvd]
@@ -209,11 +211,21 @@ def vllm_layer_backends() -> list[Backend]:
     flash = replace(_BASE, head_sizes=(64, 96, 128, 192, 256),
                     block_tables=frozenset(BlockTableKind),
                     encodings=_BASE.encodings + (("cascade", ("off", "on")),))
+    # FLEX_ATTENTION: FlexAttentionBackend.supported_dtypes / supported_kv_cache_dtypes, any head size
+    # (get_supported_head_sizes() is empty), block sizes MultipleOf(16), supports_mm_prefix; its impl raises
+    # NotImplementedError for ALiBi, soft-cap and quantized caches, and sinks are not among its arguments
+    # (AttentionBackend.supports_sink is False). Its KV cache has one stride order: no cache_layout encoding.
+    flex = replace(_BASE, dtypes=F16 | {DType.FLOAT32}, head_sizes=(32, 64, 80, 96, 128, 256),
+                   features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT, Feature.PREFIX_LM}),
+                   encodings=())
     return [
         LayerBackend("vllm-backend-triton", "vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend", triton,
                      "vLLM TRITON_ATTN whole: metadata builder, do_kv_cache_update, forward"),
         _FlashLayer("vllm-backend-flash", "vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend", flash,
                     "vLLM FLASH_ATTN whole (FA3): metadata builder with AOT scheduling and cascade, do_kv_cache_update, forward"),
+        LayerBackend("vllm-backend-flex", "vllm.v1.attention.backends.flex_attention", "FlexAttentionBackend", flex,
+                     "vLLM FLEX_ATTENTION whole: metadata builder (direct paged block mask), do_kv_cache_update, "
+                     "forward (compiled flex_attention)"),
     ]
 
 

@@ -19,7 +19,7 @@ run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
     --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" >> "$OUT/campaign.log" 2>&1
 }
 path_for() {  # path_for BACKEND: the PYTHONPATH its replay needs (xformers apart; vLLM's config code for some)
-  case $1 in xformers-*) echo /tmp/site-xf ;; vllm-backend-*|vllm-fa4-*) echo "${PYTHONPATH:-}:/tmp/vdeps" ;;
+  case $1 in xformers-*) echo /tmp/site-xf ;; vllm-backend-*|vllm-fa4-*|vllm-fa3-cp) echo "${PYTHONPATH:-}:/tmp/vdeps" ;;
              *) echo "${PYTHONPATH:-}" ;; esac
 }
 pack() {  # rows, cases, coverage and summary, xz: what `attnref report` rebuilds the rest from (the full folder
@@ -80,6 +80,11 @@ for g in $PARTS; do
       LIMITS="$INT4" run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMINT4WHOLE:-90}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-triton$')
       PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 120 python3 benchmarks/results/repro-vllm-int4-drops-mask-rules.py \
         > "$OUT/repro-int4.txt" 2>&1; echo "exit $?" >> "$OUT/repro-int4.txt" ;;
+    vllmcp)  # session 10: FA3's context-parallel arguments (vllm-fa3-cp), FLEX_ATTENTION whole, then the blind share
+      # of the merges and split-KV decode (session 9 changed the outliers class after their last GPU measure)
+      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMCP:-150}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-fa3-cp$')
+      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFLEX:-200}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-flex$')
+      run "${PYTHONPATH:-}" "${TIME_VLLMBLIND:-0}" $(avail "${PYTHONPATH:-}" '^vllm-(merge-cuda|merge-triton|triton-decode)$') ;;
     vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-') ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
@@ -89,8 +94,8 @@ for g in $PARTS; do
         $(echo "$cuda" | sed 's/^/--backend /') --out "$RES" >> "$OUT/probes.txt" 2>&1
       [ -n "$xf" ] && PYTHONPATH=$BASE:/tmp/site-xf timeout 120 python3 -m cli probe \
         $(echo "$xf" | sed 's/^/--backend /') --out "$RES" >> "$OUT/probes.txt" 2>&1 ;;
-    replay)  # every committed minimal case, each in a fresh process (a crash must not poison the next)
-      for f in benchmarks/results/cases/*.json; do
+    replay)  # every committed minimal case (REPLAY_GLOB narrows), each in a fresh process (a crash must not poison the next)
+      for f in benchmarks/results/cases/${REPLAY_GLOB:-*.json}; do
         b=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('backend',''))" "$f")
         path=$(path_for "$b")
         echo "== $f ($b)" >> "$OUT/replays.txt"

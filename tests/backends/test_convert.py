@@ -68,3 +68,41 @@ def test_an_alibi_bias_without_the_query_position_moves_only_the_lse_and_by_alib
         lse_k_only.append(scores.logsumexp(-1).T)
     shifted = torch.cat(lse_k_only) - alibi_query_term(case, torch.tensor(slopes)).double()
     assert torch.allclose(shifted, expected.lse, atol=1e-5)
+
+
+def test_rank_caches_hold_each_ranks_keys_in_local_order():
+    # vllm-fa3-cp hands FA3 one cache per simulated rank: position p of a sequence at local index p // R of
+    # rank p % R. Checked against the materialized keys, for the NHD-canonical layouts (fp8 caches as bytes).
+    import dataclasses
+
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from backends.vllm_dcp import rank_cache
+    from fuzz.strategies import ORACLE_CAPS, Limits, cases
+    from reference import materialize
+    from reference.case import AttentionType, KVLayout
+
+    caps = dataclasses.replace(ORACLE_CAPS, attn_types=frozenset({AttentionType.DECODER}), requires_cache=True,
+                               kv_layouts=frozenset({KVLayout.FLASH_NHD, KVLayout.VLLM_NHD, KVLayout.VLLM_HND}))
+
+    @settings(max_examples=40, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(cases(caps, Limits(max_sequences=3, max_context=40, max_query=4, tiers=("small",))), st.integers(1, 4))
+    def check(case, world):
+        inputs = materialize(case)
+        pool = inputs.cache.paged
+        seq_lens = [int(n) for n in inputs.seq_lens]
+        for rank in range(world):
+            for view, keys in ((pool.key_view(), inputs.keys), (pool.value_view(), inputs.values)):
+                local, table, lengths = rank_cache(view, inputs.block_table, seq_lens, world, rank)
+                assert local.dtype == view.dtype and lengths == [len(range(rank, n, world)) for n in seq_lens]
+                bs = view.shape[1]
+                for i, n in enumerate(seq_lens):
+                    j = torch.arange(lengths[i])
+                    got = local[table[i, j // bs].long(), j % bs]
+                    pos = j * world + rank
+                    want = view[inputs.block_table[i, pos // bs].long(), pos % bs]
+                    assert torch.equal(got.view(torch.uint8) if got.dtype.itemsize == 1 else got,
+                                       want.view(torch.uint8) if want.dtype.itemsize == 1 else want)
+                    if case.kv_cache_dtype.value == "auto":  # an unquantized cache holds the keys themselves
+                        assert torch.equal(got, keys[i][pos])
+    check()

@@ -117,6 +117,33 @@ def test_dcp_ranks_merged_equal_direct(case, world, interleave):
     assert same(dcp.dcp_attention(inputs, world, interleave), r.attention(inputs))
 
 
+@given(cases(ORACLE_CAPS, SMALL), st.integers(1, 4), st.integers(1, 3))
+def test_cp_every_key_on_the_ranks_merged_equals_direct(case, world, interleave):
+    """FA3's context parallelism (new tokens on the ranks too), for every attention type and mask rule."""
+    inputs = r.materialize(case)
+    assert same(dcp.cp_attention(inputs, world, interleave), r.attention(inputs))
+
+
+CAUSAL_ONLY = dataclasses.replace(PAGED_DECODER, features=ORACLE_CAPS.features - {
+    Feature.WINDOW, Feature.CHUNKED_LOCAL, Feature.BLOCK_SPARSE, Feature.PREFIX_LM, Feature.GLOBAL_PREFIX,
+    Feature.CHUNK_LOOKBACK})
+
+
+@given(cases(CAUSAL_ONLY, SMALL), st.integers(1, 4))
+def test_cp_rank_mask_is_fa3s_rule_at_global_positions(case, world):
+    """Second formulation of a rank's causal mask, as FA3 writes it for cp_world_size > 1 (hopper/mask.h):
+    local key j of rank r stands at j * R + r and is visible to row m iff j * R + r <= m + tot_seqlen_k - seqlen_q."""
+    for i, seq in enumerate(case.sequences):
+        tot, q_len = seq.context_len + seq.query_len, seq.query_len
+        mask = visible(case, seq, i)[0]
+        for rank in range(world):
+            pos = dcp.rank_positions(tot, world, rank, 1)
+            local = torch.arange(pos.numel())
+            assert torch.equal(pos, local * world + rank)
+            rule = (local * world + rank)[None, :] <= torch.arange(q_len)[:, None] + tot - q_len
+            assert torch.equal(mask[:, pos], rule)
+
+
 # --- chunked local attention as virtual batches --------------------------------------------------
 
 def test_virtual_batches_match_the_worked_example_in_vllm():

@@ -1,0 +1,97 @@
+"""FA3's context-parallel arguments (vllm 0.26.0), every rank simulated on one GPU.
+
+| backend | what runs |
+|---|---|
+| `vllm-fa3-cp` | per rank r of R (encoding `cp_world`): `flash_attn_varlen_func(fa_version=3, cp_world_size=R, cp_rank=r, cp_tot_seqused_k=seq_lens)` over that rank's own paged cache; the ranks' (output, LSE) combined by vLLM's DCP combine (`v1/attention/ops/common.correct_attn_out`, then the sum an all-reduce makes, in the model dtype) |
+
+This is how vLLM's FlashAttention MLA decode calls FA3 under decode context parallelism: every token of a
+sequence (the new ones included) is stored on rank p % R at local index p // R (vLLM supports only
+interleave size 1 with these arguments: `supports_dcp_with_varlen`), the kernel masks each local key at
+its sequence position (hopper/mask.h: `local * cp_world_size + cp_rank` against `cp_tot_seqused_k`), and
+the ranks' states are merged by LSE. The oracle's `reference.dcp.cp_attention` is the same composition
+and equals plain attention (property tests), so the combined output is judged against attention.
+
+Declared from FA3's checks in flash_api.cpp: no local (sliding-window) attention with cp_world_size > 1.
+Sinks are not declared: each rank would add `s_aux` to its own denominator, and vLLM passes none there.
+The rank caches are plain NHD pages built here (the packed layouts are fuzzed by `vllm-fa3-paged`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from reference.case import KVLayout
+from reference.inputs import Inputs
+
+from ._convert import tokens_first_lse
+from .base import Actual, Feature
+from .vllm import Fa3Paged, SPLITS
+
+
+def rank_cache(view: torch.Tensor, block_table: torch.Tensor, seq_lens: list[int], world: int, rank: int):
+    """Rank `rank`'s own paged cache: positions rank, rank + R, ... of each sequence, from local index 0.
+
+    Returns (pages [n, block_size, H, D] in the pool's dtype, block table [B, max_pages] int32, local lengths)."""
+    bs = view.shape[1]
+    raw = view.view(torch.uint8) if view.dtype.itemsize == 1 else view  # fp8 moved as bytes
+    flat = raw.reshape(-1, *view.shape[2:])  # slot-major
+    lengths = [len(range(rank, n, world)) for n in seq_lens]
+    pages = [-(-n // bs) for n in lengths]
+    table = torch.zeros(len(seq_lens), max(pages + [1]), dtype=torch.int32, device=view.device)
+    local = torch.zeros(1 + sum(pages), bs, *view.shape[2:], dtype=raw.dtype, device=view.device)  # page 0: none
+    local_flat = local.view(-1, *view.shape[2:])
+    first = 1
+    for i, n in enumerate(seq_lens):
+        pos = torch.arange(rank, max(n, rank), world, device=view.device)
+        slots = block_table[i, pos // bs].long() * bs + pos % bs
+        table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
+        local_flat[first * bs:first * bs + lengths[i]] = flat[slots]
+        first += pages[i]
+    return local.view(view.dtype), table, lengths
+
+
+class Fa3ContextParallel(Fa3Paged):
+    """FA3 with cp_world_size / cp_rank / cp_tot_seqused_k over R rank caches, combined as vLLM's DCP does."""
+
+    def __init__(self) -> None:
+        super().__init__("vllm-fa3-cp")
+        self.module = "vllm.v1.attention.ops.common"
+        self.description = ("FA3 per simulated DCP rank (cp_world_size, cp_rank, cp_tot_seqused_k) over the rank's "
+                            "own cache, combined by vLLM's correct_attn_out + sum")
+        self.caps = replace(
+            self.caps, features=self.caps.features - {Feature.WINDOW, Feature.SINKS},
+            kv_layouts=frozenset({KVLayout.FLASH_NHD}), writes_output_buffer=False,
+            encodings=(("cp_world", ("2", "4", "8")), ("num_splits", SPLITS), ("scheduler", ("jit", "aot"))))
+
+    def run(self, inputs: Inputs) -> Actual:
+        from vllm.v1.attention.ops.common import CPTritonContext, correct_attn_out
+
+        case = inputs.case
+        dev = inputs.device
+        world = int(case.encoding("cp_world", "2"))
+        pool = inputs.cache.paged
+        seq_lens = [int(n) for n in inputs.seq_lens]
+        total = inputs.seq_lens.to(dev, torch.int32)
+        outs, lses = [], []
+        for rank in range(world):
+            k, table, lengths = rank_cache(pool.key_view(), inputs.block_table, seq_lens, world, rank)
+            v, _, _ = rank_cache(pool.value_view(), inputs.block_table, seq_lens, world, rank)
+            out, lse = self.call(inputs, inputs.query, k, v, causal=case.is_causal,
+                                 seqused_k=torch.tensor(lengths, dtype=torch.int32, device=dev),
+                                 max_k=max(lengths + [1]), block_table=table,
+                                 extra=dict(cp_world_size=world, cp_rank=rank, cp_tot_seqused_k=total))
+            outs.append(out)
+            lses.append(lse)  # [H, T]
+        # vLLM's combine: all-gather the LSEs as [N, B, H], correct each rank's output, all-reduce (a sum).
+        gathered = torch.stack([lse.transpose(0, 1) for lse in lses]).contiguous()
+        combined, final_lse = None, None
+        for rank, out in enumerate(outs):
+            corrected, final_lse = correct_attn_out(out.clone(), gathered, rank, CPTritonContext())
+            combined = corrected if combined is None else combined + corrected
+        lse, notes = tokens_first_lse(final_lse, case.num_tokens, case.num_heads, documented="TH")
+        return Actual(output=combined, lse=lse, notes=notes)
+
+
+def vllm_dcp_backends() -> list:
+    return [Fa3ContextParallel()]
