@@ -2,7 +2,7 @@
 
 | backend | what runs |
 |---|---|
-| `vllm-fa3-cp` | per rank r of R (encoding `cp_world`): `flash_attn_varlen_func(fa_version=3, cp_world_size=R, cp_rank=r, cp_tot_seqused_k=seq_lens)` over that rank's own paged cache; the ranks' (output, LSE) combined by vLLM's DCP combine (`v1/attention/ops/common.correct_attn_out`, then the sum an all-reduce makes, in the model dtype) |
+| `vllm-fa3-cp` | per rank r of R (encoding `cp_world`): `flash_attn_varlen_func(fa_version=3, cp_world_size=R, cp_rank=r, cp_tot_seqused_k=seq_lens)` over that rank's own paged cache; the ranks' (output, LSE) combined (encoding `combine`) by vLLM's DCP combine (`v1/attention/ops/common.correct_attn_out`, then the sum an all-reduce makes, in the model dtype) or by a float32 LSE merge in torch, which keeps FA3's cp path under test where vLLM's combine cannot run |
 
 This is how vLLM's FlashAttention MLA decode calls FA3 under decode context parallelism: every token of a
 sequence (the new ones included) is stored on rank p % R at local index p // R (vLLM supports only
@@ -62,11 +62,10 @@ class Fa3ContextParallel(Fa3Paged):
         self.caps = replace(
             self.caps, features=self.caps.features - {Feature.WINDOW, Feature.SINKS},
             kv_layouts=frozenset({KVLayout.FLASH_NHD}), writes_output_buffer=False,
-            encodings=(("cp_world", ("2", "4", "8")), ("num_splits", SPLITS), ("scheduler", ("jit", "aot"))))
+            encodings=(("cp_world", ("2", "4", "8")), ("combine", ("vllm", "torch")), ("num_splits", SPLITS),
+                       ("scheduler", ("jit", "aot"))))
 
     def run(self, inputs: Inputs) -> Actual:
-        from vllm.v1.attention.ops.common import CPTritonContext, correct_attn_out
-
         case = inputs.case
         dev = inputs.device
         world = int(case.encoding("cp_world", "2"))
@@ -83,14 +82,28 @@ class Fa3ContextParallel(Fa3Paged):
                                  extra=dict(cp_world_size=world, cp_rank=rank, cp_tot_seqused_k=total))
             outs.append(out)
             lses.append(lse)  # [H, T]
-        # vLLM's combine: all-gather the LSEs as [N, B, H], correct each rank's output, all-reduce (a sum).
-        gathered = torch.stack([lse.transpose(0, 1) for lse in lses]).contiguous()
-        combined, final_lse = None, None
-        for rank, out in enumerate(outs):
-            corrected, final_lse = correct_attn_out(out.clone(), gathered, rank, CPTritonContext())
-            combined = corrected if combined is None else combined + corrected
+        gathered = torch.stack([lse.transpose(0, 1) for lse in lses]).contiguous()  # all-gathered: [N, T, H]
+        if case.encoding("combine", "vllm") == "torch":
+            combined, final_lse = lse_merge(outs, gathered)
+        else:  # vLLM's: correct each rank's output by the gathered LSEs, then all-reduce (a sum)
+            from vllm.v1.attention.ops.common import CPTritonContext, correct_attn_out
+
+            combined, final_lse = None, None
+            for rank, out in enumerate(outs):
+                corrected, final_lse = correct_attn_out(out.clone(), gathered, rank, CPTritonContext())
+                combined = corrected if combined is None else combined + corrected
         lse, notes = tokens_first_lse(final_lse, case.num_tokens, case.num_heads, documented="TH")
         return Actual(output=combined, lse=lse, notes=notes)
+
+
+def lse_merge(outs: list[torch.Tensor], lses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank states [T, H, D] with LSEs [N, T, H] merged in float32; rows no rank sees: output 0, LSE -inf."""
+    top = lses.amax(0)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    weights = torch.exp(lses - top)  # [N, T, H]; a rank without keys for a row weighs 0
+    total = weights.sum(0)
+    out = sum(w[..., None] * o.float() for w, o in zip(weights, outs)) / total.clamp_min(1e-30)[..., None]
+    return out.to(outs[0].dtype), torch.log(total) + top
 
 
 def vllm_dcp_backends() -> list:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run ON THE DEVICE (repo root), after tools/stage-wheels.sh calls and tools/gpu-setup.sh:
 #   PARTS="replay fa4 xformers flashinfer torch" TIME_FA4=100 ... bash tools/gpu-campaign.sh
+# FUZZ_ARGS adds `attnref fuzz` arguments to every part (a part may set its own).
 # Fuzzes every available CUDA backend, grouped (JIT-heavy third-party libraries get their own time),
 # xformers in its own PYTHONPATH (see gpu-setup.sh), then builds the report and the throughput
 # table. Everything lands in $OUT (gpu-results.tar.xz, logs, summary; `attnref report` rebuilds the report).
@@ -16,7 +17,7 @@ run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
   [ $# -eq 0 ] || [ "$secs" = 0 ] && return  # no backend, or a part's time set to 0: skipped
   local args=""; for b in "$@"; do args="$args --backend $b"; done
   PYTHONPATH=$BASE:$path timeout $((secs + 90)) python3 -m cli fuzz $args --time "$secs" --workers "${WORKERS:-auto}" --quiet \
-    --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" >> "$OUT/campaign.log" 2>&1
+    --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" ${FUZZ_ARGS:-} >> "$OUT/campaign.log" 2>&1
 }
 path_for() {  # path_for BACKEND: the PYTHONPATH its replay needs (xformers apart; vLLM's config code for some)
   case $1 in xformers-*) echo /tmp/site-xf ;; vllm-backend-*|vllm-fa4-*|vllm-fa3-cp) echo "${PYTHONPATH:-}:/tmp/vdeps" ;;
@@ -53,6 +54,9 @@ for g in $PARTS; do
       run "${PYTHONPATH:-}" "${TIME_NEWTORCH:-200}" $(avail "${PYTHONPATH:-}" "${NEWTORCH_RE:-(^aten-|^torch-varlen$)}") ;;
     flexflash)  # flex_attention with kernel_options BACKEND="FLASH" (needs flash_attn.cute)
       run "${PYTHONPATH:-}" "${TIME_FLEXFLASH:-120}" $(avail "${PYTHONPATH:-}" '^flex-flash-cuda$') ;;
+    ficover)  # session 10: every FlashInfer backend over its whole declared space, one compile slice (dtype x head
+      # x kv dtype x keyed features) per shard, so that each declared value is drawn despite the nvcc JIT
+      FUZZ_ARGS="--compile-slices" run "${PYTHONPATH:-}" "${TIME_FICOVER:-420}" $(avail "${PYTHONPATH:-}" '^flashinfer-') ;;
     finew)  # FlashInfer's fa3 prefill, multi-level cascade and MLA, each in a JIT-friendly focus
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_FA3:-150}" $(avail "${PYTHONPATH:-}" '^flashinfer-prefill-fa3$')
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_CASCADE:-120}" $(avail "${PYTHONPATH:-}" '^flashinfer-cascade$')
@@ -84,7 +88,9 @@ for g in $PARTS; do
       # of the merges and split-KV decode (session 9 changed the outliers class after their last GPU measure)
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMCP:-150}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-fa3-cp$')
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFLEX:-200}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-flex$')
-      run "${PYTHONPATH:-}" "${TIME_VLLMBLIND:-0}" $(avail "${PYTHONPATH:-}" '^vllm-(merge-cuda|merge-triton|triton-decode)$') ;;
+      run "${PYTHONPATH:-}" "${TIME_VLLMBLIND:-0}" $(avail "${PYTHONPATH:-}" '^vllm-(merge-cuda|merge-triton|triton-decode)$')
+      PYTHONPATH=$BASE:${PYTHONPATH:-}:/tmp/vdeps timeout 120 python3 benchmarks/results/repro-vllm-dcp-combine-head-size.py \
+        > "$OUT/repro-dcp.txt" 2>&1; echo "exit $?" >> "$OUT/repro-dcp.txt" ;;
     vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-') ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)

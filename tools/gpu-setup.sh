@@ -5,6 +5,8 @@
 # fails, so the two cannot share a path. Then: source /tmp/site/env.sh (xformers: PYTHONPATH=/tmp/site-xf).
 set -euo pipefail
 bash tools/stage-wheels.sh --install > /tmp/stage.log 2>&1 || { cat /tmp/stage.log; exit 1; }
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-xf /tmp/attnref-wheels/xformers-*.whl
+if ls /tmp/attnref-wheels/xformers-*.whl > /dev/null 2>&1; then  # (a session may stage other groups only)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-xf /tmp/attnref-wheels/xformers-*.whl
+fi
 echo "export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-cache ATTNREF_XFORMERS_FORCE_CUDA_FLAG=1" >> /tmp/site/env.sh
 tail -1 /tmp/stage.log

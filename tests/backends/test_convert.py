@@ -106,3 +106,28 @@ def test_rank_caches_hold_each_ranks_keys_in_local_order():
                     if case.kv_cache_dtype.value == "auto":  # an unquantized cache holds the keys themselves
                         assert torch.equal(got, keys[i][pos])
     check()
+
+
+def test_lse_merge_of_key_groups_equals_one_softmax_and_empty_rows_are_zero_minus_inf():
+    # vllm-fa3-cp's torch combine (its A/B twin of vLLM's correct_attn_out): rank states merged by LSE.
+    from backends.vllm_dcp import lse_merge
+
+    g = torch.Generator().manual_seed(0)
+    t, h, d, n_keys, world = 5, 3, 8, 23, 4
+    scores = torch.randn(t, h, n_keys, generator=g, dtype=torch.float64) * 3
+    values = torch.randn(n_keys, d, generator=g, dtype=torch.float64)
+    visible = torch.rand(t, h, n_keys, generator=g) < 0.6
+    visible[0] = False  # a row no rank sees
+    scores = scores.masked_fill(~visible, float("-inf"))
+    outs, lses = [], []
+    for r in range(world):
+        s = scores[..., r::world]
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))[..., None])
+        outs.append((p @ values[r::world]).float())
+        lses.append(lse.float())
+    out, lse = lse_merge(outs, torch.stack(lses))
+    full_lse = torch.logsumexp(scores, -1)
+    full = torch.softmax(scores[1:], -1) @ values
+    assert torch.allclose(out[1:].double(), full, atol=1e-5) and torch.allclose(lse[1:].double(), full_lse[1:], atol=1e-5)
+    assert torch.equal(out[0], torch.zeros_like(out[0])) and bool((lse[0] == float("-inf")).all())
