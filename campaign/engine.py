@@ -198,7 +198,8 @@ class Driver:
             message = (f"no result within {self.cfg.example_timeout:.0f}s; worker killed" if timed_out else
                        f"worker died (exit {status}) while running this case")
             phase = {TaskKind.SHRINK: "shrink", TaskKind.REPLAY: "replay"}.get(task.kind if task else None, "generate")
-            row = {"backend": beat["backend"], "phase": phase, "verdict": verdict, "symptom": verdict,
+            fields = {k: v for k, v in beat.items() if k not in ("type", "started")}  # base_row's summary
+            row = {**fields, "backend": beat["backend"], "phase": phase, "verdict": verdict, "symptom": verdict,
                    "case": beat["case"], "message": message, "worker_died": True, "worker_output": output[-3000:],
                    "shard": beat.get("shard"), "index": beat.get("index"), "shard_size": beat.get("shard_size"),
                    "t": time.time()}

@@ -2,8 +2,8 @@
 
 A worker keeps its backends (and their compiled kernels) for its whole life, runs one task at a
 time and reports through `send(message)`; it never writes files. Messages (plain dicts):
-  beat     {case, started, backend, shard, index}  before each kernel call: if the process dies or
-           hangs, the driver knows which case did it
+  beat     {base_row, started, shard, index}       before each kernel call: if the process dies or
+           hangs, the driver knows which case did it (and writes its row from these fields)
   row      {row}                                   one evaluated example (generate, shrink, replay)
   minimal  {row, payload, tensors}                 a shrunk (or unshrinkable) failure and its case file
   done     {exhausted}                             the task ended; exhausted: the shard had no more cases
@@ -167,7 +167,9 @@ class Worker:
             row.update(verdict=Verdict.CRASH.value, symptom="crash", known_issue=known.link,
                        message=f"known crash, not launched: {known.summary}")
             return row, None
-        self.send({"type": "beat", "case": case.to_json(), "started": time.time(), **where})
+        # the beat carries the row's summary fields: a worker that dies or hangs in this case still leaves a
+        # row the coverage map and the report can count (features, dtype, sizes)
+        self.send({"type": "beat", **base_row(backend, case), "started": time.time(), **where})
         evaluation = evaluate(backend, case, check_blind=check_blind, oracle_cpu_max=self.config.oracle_cpu_max)
         row = evaluation.row
         if known is not None:

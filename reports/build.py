@@ -71,10 +71,10 @@ def failure_clusters(df: pd.DataFrame, top: int = 8) -> pd.DataFrame:
         for col in ("features", "dtype", "kv_cache_dtype", "attn_type", "layout", "block_size", "head_size"):
             if col not in rows:
                 continue
-            values = rows[col].astype(str)
+            values = rows[col].fillna("").astype(str)  # rows written before beats carried summaries lack them
             exploded = values.str.split(",") if col == "features" else values.map(lambda x: [x])
             all_counts = pd.Series([v for vs in exploded for v in vs if v]).value_counts()
-            f_values = failed[col].astype(str)
+            f_values = failed[col].fillna("").astype(str)
             f_exploded = f_values.str.split(",") if col == "features" else f_values.map(lambda x: [x])
             f_counts = pd.Series([v for vs in f_exploded for v in vs if v]).value_counts()
             for value, n in f_counts.items():

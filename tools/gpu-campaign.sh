@@ -12,11 +12,17 @@ PARTS=${PARTS:-"replay fa4 xformers flashinfer torch"}
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
 export PYTHONUNBUFFERED=1 ATTNREF_XFORMERS_FORCE_CUDA_FLAG=1
 BASE=$PWD
+# BUDGET (seconds, default 540) bounds the whole script: each campaign is cut to what is left before it, less
+# room to stop and pack, so a device call's time limit never takes the packed results with it (it did twice).
+DEADLINE=$(( $(date +%s) + ${BUDGET:-540} ))
 run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
   local path=$1 secs=$2; shift 2
   [ $# -eq 0 ] || [ "$secs" = 0 ] && return  # no backend, or a part's time set to 0: skipped
+  local left=$(( DEADLINE - $(date +%s) - 75 ))  # start-up, the 30-s stop grace, the pack
+  [ "$left" -lt "$secs" ] && secs=$left
+  [ "$secs" -le 10 ] && { echo "skipped $*: no time left in BUDGET" >> "$OUT/campaign.log"; return; }
   local args=""; for b in "$@"; do args="$args --backend $b"; done
-  PYTHONPATH=$BASE:$path timeout $((secs + 90)) python3 -m cli fuzz $args --time "$secs" --workers "${WORKERS:-auto}" --quiet \
+  PYTHONPATH=$BASE:$path timeout $((secs + 60)) python3 -m cli fuzz $args --time "$secs" --workers "${WORKERS:-auto}" --quiet \
     --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" ${FUZZ_ARGS:-} >> "$OUT/campaign.log" 2>&1
 }
 path_for() {  # path_for BACKEND: the PYTHONPATH its replay needs (xformers apart; vLLM's config code for some)

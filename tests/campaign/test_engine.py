@@ -32,6 +32,8 @@ def test_a_segfaulting_kernel_is_a_crash_row_and_the_campaign_goes_on(tmp_path):
     result = _campaign(tmp_path, ["test-segfaults"], 6, example_timeout=60)
     crashes = [r for r in result.rows if r["verdict"] == "crash" and r.get("phase") == "generate"]
     assert crashes and all(r["case"] and r.get("worker_died") for r in crashes)
+    # the row of a dead worker's case carries its summary like any other (coverage and report count it)
+    assert all(r["features"] is not None and r["dtype"] and r["size_tier"] for r in crashes)
     assert len(_generated(result.rows)) == 6  # the crashed examples count; the shard went on after them
     saved = [r for r in result.rows if r.get("phase") == "minimal" and r.get("case_file")]
     assert saved and json.loads(Path(saved[0]["case_file"]).read_text())["replay"].startswith("attnref replay")
@@ -48,7 +50,8 @@ def test_a_sticky_device_error_is_saved_unshrunk_and_a_fresh_worker_goes_on(tmp_
 
 def test_a_hanging_kernel_is_a_timeout_row(tmp_path):
     rows = _campaign(tmp_path, ["test-hangs"], 4, example_timeout=3).rows
-    assert any(r["verdict"] == "timeout" and r.get("phase") == "generate" for r in rows)
+    timeouts = [r for r in rows if r["verdict"] == "timeout" and r.get("phase") == "generate"]
+    assert timeouts and all(r["dtype"] and "head_size" in r for r in timeouts)
 
 
 def test_resume_keeps_rows_and_reaches_the_budget_without_repeating_an_example(tmp_path):
