@@ -131,3 +131,31 @@ def test_lse_merge_of_key_groups_equals_one_softmax_and_empty_rows_are_zero_minu
     full = torch.softmax(scores[1:], -1) @ values
     assert torch.allclose(out[1:].double(), full, atol=1e-5) and torch.allclose(lse[1:].double(), full_lse[1:], atol=1e-5)
     assert torch.equal(out[0], torch.zeros_like(out[0])) and bool((lse[0] == float("-inf")).all())
+
+
+def test_a_blind_share_twin_draws_its_gpu_backends_region_and_runs_on_the_cpu():
+    # benchmarks/blind_twins.py: the blind share of a GPU backend's region, measured without a GPU
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from backends.registry import get
+    from benchmarks.blind_twins import OnNaive
+    from fuzz.compare import evaluate
+    from hypothesis import HealthCheck, given, settings
+
+    from fuzz.strategies import Limits, cases
+
+    inner = get("vllm-triton-decode")
+    twin = OnNaive(inner)
+    assert twin.availability() is None and twin.device() == "cpu"
+    assert (twin.caps.dtypes, twin.caps.head_sizes, twin.caps.encodings) == (
+        inner.caps.dtypes, inner.caps.head_sizes, inner.caps.encodings)
+
+    @settings(max_examples=8, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(cases(twin.caps, Limits(max_sequences=2, max_context=40, max_query=4, tiers=("small",))))
+    def check(case):
+        assert case.max_query_len <= 1  # the decode kernel's region: one query per sequence
+        row = evaluate(twin, case).row
+        assert row["verdict"] in ("pass", "blind", "unsupported"), row.get("message")
+    check()
