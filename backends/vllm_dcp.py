@@ -30,7 +30,8 @@ from .vllm import Fa3Paged, SPLITS
 
 
 def rank_cache(view: torch.Tensor, block_table: torch.Tensor, seq_lens: list[int], world: int, rank: int):
-    """Rank `rank`'s own paged cache: positions rank, rank + R, ... of each sequence, from local index 0.
+    """Rank `rank`'s own paged cache: positions rank, rank + R, ... of each sequence, from local index 0
+    (interleave size 1, the only one vLLM passes FA3's cp arguments with).
 
     Returns (pages [n, block_size, H, D] in the pool's dtype, block table [B, max_pages] int32, local lengths)."""
     bs = view.shape[1]
@@ -58,7 +59,7 @@ class Fa3ContextParallel(Fa3Paged):
         super().__init__("vllm-fa3-cp")
         self.module = "vllm.v1.attention.ops.common"
         self.description = ("FA3 per simulated DCP rank (cp_world_size, cp_rank, cp_tot_seqused_k) over the rank's "
-                            "own cache, combined by vLLM's correct_attn_out + sum")
+                            "own cache, combined by vLLM's correct_attn_out + sum (or a float32 torch merge)")
         self.caps = replace(
             self.caps, features=self.caps.features - {Feature.WINDOW, Feature.SINKS},
             kv_layouts=frozenset({KVLayout.FLASH_NHD}), writes_output_buffer=False,

@@ -46,6 +46,14 @@ def test_report_builds_every_artifact(tmp_path):
     assert "failures=" in (tmp_path / "junit.xml").read_text()
 
 
+def test_a_row_without_summary_fields_does_not_stop_the_report(tmp_path):
+    # a timeout row written before beats carried the summary (sessions <= 10) has only backend, case and verdict
+    _synthetic(tmp_path)
+    RowStore(tmp_path).append({"backend": "b0", "verdict": "timeout", "phase": "generate", "case": "{}",
+                               "message": "no result within 240s; worker killed", "worker_died": True})
+    assert build_report(tmp_path)["index"].exists()
+
+
 def test_probe_rows_show_in_the_report_latest_run_wins(tmp_path):
     _synthetic(tmp_path)
     rows = [dict(backend="b0", probe="lse_base", question="q", verdict="convention", detail=f"base 2 {MARKUP}"),
