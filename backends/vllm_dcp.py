@@ -29,27 +29,32 @@ from .base import Actual, Feature
 from .vllm import Fa3Paged, SPLITS
 
 
-def rank_cache(view: torch.Tensor, block_table: torch.Tensor, seq_lens: list[int], world: int, rank: int):
+def rank_cache(views: tuple[torch.Tensor, ...], block_table: torch.Tensor, seq_lens: list[int], world: int,
+               rank: int):
     """Rank `rank`'s own paged cache: positions rank, rank + R, ... of each sequence, from local index 0
-    (interleave size 1, the only one vLLM passes FA3's cp arguments with).
+    (interleave size 1, the only one vLLM passes FA3's cp arguments with). `views`: the pool's canonical
+    [num_blocks, block_size, H, D] key and value views, gathered through one slot computation.
 
-    Returns (pages [n, block_size, H, D] in the pool's dtype, block table [B, max_pages] int32, local lengths)."""
-    bs = view.shape[1]
-    raw = view.view(torch.uint8) if view.dtype.itemsize == 1 else view  # fp8 moved as bytes
-    flat = raw.reshape(-1, *view.shape[2:])  # slot-major
+    Returns (one page tensor [n, block_size, H, D] per view, in its dtype; block table [B, max_pages] int32;
+    local lengths)."""
+    bs = views[0].shape[1]
+    dev = views[0].device
+    raws = [v.view(torch.uint8) if v.dtype.itemsize == 1 else v for v in views]  # fp8 moved as bytes
+    flats = [raw.reshape(-1, *raw.shape[2:]) for raw in raws]  # slot-major
     lengths = [len(range(rank, n, world)) for n in seq_lens]
     pages = [-(-n // bs) for n in lengths]
-    table = torch.zeros(len(seq_lens), max(pages + [1]), dtype=torch.int32, device=view.device)
-    local = torch.zeros(1 + sum(pages), bs, *view.shape[2:], dtype=raw.dtype, device=view.device)  # page 0: none
-    local_flat = local.view(-1, *view.shape[2:])
+    table = torch.zeros(len(seq_lens), max(pages + [1]), dtype=torch.int32, device=dev)
+    # page 0 holds nothing (the table's padding points there)
+    locals_ = [torch.zeros(1 + sum(pages), bs, *raw.shape[2:], dtype=raw.dtype, device=dev) for raw in raws]
     first = 1
     for i, n in enumerate(seq_lens):
-        pos = torch.arange(rank, max(n, rank), world, device=view.device)
+        pos = torch.arange(rank, max(n, rank), world, device=dev)
         slots = block_table[i, pos // bs].long() * bs + pos % bs
         table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
-        local_flat[first * bs:first * bs + lengths[i]] = flat[slots]
+        for local, flat in zip(locals_, flats):
+            local.view(-1, *flat.shape[1:])[first * bs:first * bs + lengths[i]] = flat[slots]
         first += pages[i]
-    return local.view(view.dtype), table, lengths
+    return [local.view(v.dtype) for local, v in zip(locals_, views)], table, lengths
 
 
 class Fa3ContextParallel(Fa3Paged):
@@ -75,8 +80,8 @@ class Fa3ContextParallel(Fa3Paged):
         total = inputs.seq_lens.to(dev, torch.int32)
         outs, lses = [], []
         for rank in range(world):
-            k, table, lengths = rank_cache(pool.key_view(), inputs.block_table, seq_lens, world, rank)
-            v, _, _ = rank_cache(pool.value_view(), inputs.block_table, seq_lens, world, rank)
+            (k, v), table, lengths = rank_cache((pool.key_view(), pool.value_view()), inputs.block_table, seq_lens,
+                                                world, rank)
             out, lse = self.call(inputs, inputs.query, k, v, causal=case.is_causal,
                                  seqused_k=torch.tensor(lengths, dtype=torch.int32, device=dev),
                                  max_k=max(lengths + [1]), block_table=table,

@@ -7,8 +7,8 @@ measured, and a strategy change tried, on a CPU without device time:
     attnref --backend-spec benchmarks.blind_twins:twins fuzz --backend vllm-merge-cuda-on-naive --time 120
 
 Each twin keeps the GPU backend's region (dtypes, sizes, features, layouts, kv dtypes, encodings) and
-`not_supported_reasons` (not naive's: naive computes any head or block size), and takes the output contract (LSE base, empty rows, output buffer, cache writes)
-from torch-naive-paged, which computes every case it draws.
+`not_supported_reasons` (not naive's: naive computes any head or block size), and takes the output contract
+(LSE base, empty rows, output buffer, cache writes) from torch-naive-paged, which computes every case it draws.
 """
 from __future__ import annotations
 

@@ -199,8 +199,8 @@ class Driver:
                        f"worker died (exit {status}) while running this case")
             phase = {TaskKind.SHRINK: "shrink", TaskKind.REPLAY: "replay"}.get(task.kind if task else None, "generate")
             fields = {k: v for k, v in beat.items() if k not in ("type", "started")}  # base_row's summary
-            row = {**fields, "backend": beat["backend"], "phase": phase, "verdict": verdict, "symptom": verdict,
-                   "case": beat["case"], "message": message, "worker_died": True, "worker_output": output[-3000:],
+            row = {**fields, "phase": phase, "verdict": verdict, "symptom": verdict,
+                   "message": message, "worker_died": True, "worker_output": output[-3000:],
                    "shard": beat.get("shard"), "index": beat.get("index"), "shard_size": beat.get("shard_size"),
                    "t": time.time()}
             if phase == "generate":

@@ -14,6 +14,7 @@ only explains rows: the findings are the kernel's outputs in the campaign rows.
 """
 from __future__ import annotations
 
+import collections
 import json
 import sys
 
@@ -66,17 +67,18 @@ def pruned_attention(case: Case):
     return attention(inputs).output, attention(inputs, mask_transform=transform).output
 
 
-def explain(row: dict) -> str:
+def explain(row: dict) -> tuple[str, str]:
+    """(the model the kernel's worst element matches, a line with the three values)."""
     case = Case.from_json(row["case"]) if isinstance(row["case"], str) else Case.from_dict(row["case"])
     oracle, pruned = pruned_attention(case)
     t, h, d = row["worst_token_flat"], row["worst_head"], row["worst_dim"]
     o, p, k = float(oracle[t, h, d]), float(pruned[t, h, d]), float(row["worst_actual"])
     verdict = "pruned" if abs(k - p) < abs(k - o) else "oracle"
-    return f"kernel {k:+.4f}  oracle {o:+.4f}  pruned {p:+.4f}  -> {verdict}"
+    return verdict, f"kernel {k:+.4f}  oracle {o:+.4f}  pruned {p:+.4f}  -> {verdict}"
 
 
 def main(paths: list[str]) -> None:
-    counts: dict[str, int] = {}
+    counts: collections.Counter[str] = collections.Counter()
     for path in paths:
         if path.endswith(".json"):
             saved = json.load(open(path))
@@ -87,10 +89,10 @@ def main(paths: list[str]) -> None:
             if row.get("backend") != "vllm-backend-flex" or row.get("verdict") != "mismatch" \
                     or row.get("worst_actual") is None:
                 continue
-            line = explain(row)
-            counts[line.rsplit(" ", 1)[-1]] = counts.get(line.rsplit(" ", 1)[-1], 0) + 1
+            verdict, line = explain(row)
+            counts[verdict] += 1
             print(f"{row.get('example_id', path)}: {line}")
-    print("rows explained:", counts)
+    print("rows explained:", dict(counts))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ def test_rank_caches_hold_each_ranks_keys_in_local_order():
     from fuzz.strategies import ORACLE_CAPS, Limits, cases
     from reference import materialize
     from reference.case import AttentionType, KVLayout
+    from tests.reference.test_cache_properties import _bits
 
     caps = dataclasses.replace(ORACLE_CAPS, attn_types=frozenset({AttentionType.DECODER}), requires_cache=True,
                                kv_layouts=frozenset({KVLayout.FLASH_NHD, KVLayout.VLLM_NHD, KVLayout.VLLM_HND}))
@@ -92,17 +93,18 @@ def test_rank_caches_hold_each_ranks_keys_in_local_order():
         pool = inputs.cache.paged
         seq_lens = [int(n) for n in inputs.seq_lens]
         for rank in range(world):
-            for view, keys in ((pool.key_view(), inputs.keys), (pool.value_view(), inputs.values)):
-                local, table, lengths = rank_cache(view, inputs.block_table, seq_lens, world, rank)
-                assert local.dtype == view.dtype and lengths == [len(range(rank, n, world)) for n in seq_lens]
+            views = (pool.key_view(), pool.value_view())
+            locals_, table, lengths = rank_cache(views, inputs.block_table, seq_lens, world, rank)
+            assert lengths == [len(range(rank, n, world)) for n in seq_lens]
+            for view, local, keys in zip(views, locals_, (inputs.keys, inputs.values)):
+                assert local.dtype == view.dtype
                 bs = view.shape[1]
                 for i, n in enumerate(seq_lens):
                     j = torch.arange(lengths[i])
                     got = local[table[i, j // bs].long(), j % bs]
                     pos = j * world + rank
                     want = view[inputs.block_table[i, pos // bs].long(), pos % bs]
-                    assert torch.equal(got.view(torch.uint8) if got.dtype.itemsize == 1 else got,
-                                       want.view(torch.uint8) if want.dtype.itemsize == 1 else want)
+                    assert torch.equal(_bits(got), _bits(want))
                     if case.kv_cache_dtype.value == "auto":  # an unquantized cache holds the keys themselves
                         assert torch.equal(got, keys[i][pos])
     check()
