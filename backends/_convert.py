@@ -106,12 +106,13 @@ def per_sequence(inputs: Inputs, run_one: Callable[[int, Tensor, Tensor, Tensor]
     return torch.cat(outs), lse
 
 
-def alibi_query_term(case, slopes: Tensor) -> Tensor:
-    """[tokens, H] float32: slope * (the query's position among its sequence's keys), the term by which an
-    ALiBi bias of slope * k differs from slope * (k - q) (a per-row constant: it moves the LSE only)."""
-    positions = torch.cat([torch.arange(s.query_len, dtype=torch.float32) + case.query_offset(s)
-                           for s in case.sequences] or [torch.zeros(0)])
-    return positions[:, None] * slopes.float().cpu()[None, :]
+def alibi_context_term(case, slopes: Tensor) -> Tensor:
+    """[tokens, H] float32: slope * (the number of keys before the query's sequence's new tokens), by which an
+    ALiBi bias of slope * (k - i), i the query's index among its sequence's new tokens (FlashInfer's), differs
+    from slope * (k - q): a per-row constant, so it moves the LSE only. For a decode (i = 0) it is slope * q."""
+    offsets = torch.cat([torch.full((s.query_len,), float(case.query_offset(s))) for s in case.sequences]
+                        or [torch.zeros(0)])
+    return offsets[:, None] * slopes.float().cpu()[None, :]
 
 
 def round_half_away(x: Tensor) -> Tensor:

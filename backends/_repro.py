@@ -105,6 +105,8 @@ def draw_inputs(case: Case) -> str:
         lines += ["        if kv_len:",
                   "            k = k - (k * u).sum(-1, keepdim=True) * u",
                   "            k[-1] += edge_amplitude(kv_len) * u"]
+    if case.values.edge_value_gain != 1.0:
+        lines += ["        if kv_len:", f"            v[-1] *= {case.values.edge_value_gain!r}  # the edge key's value"]
     lines += ["        k[:shared], v[:shared] = prefix_k, prefix_v"]
     if c is not None and c.layout.value == "mla_latent":
         lines += ["        v = k[..., :D_V].clone()  # MLA: the value is the latent's first D_V dims"]

@@ -24,8 +24,8 @@ import torch
 from reference.case import AlibiConvention, AttentionType, BlockTableKind, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
-from ._convert import alibi_query_term, first_call_note, lse_natural
-from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
+from ._convert import alibi_context_term, first_call_note, lse_natural
+from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported, cuda_library_reason
 
 LAYOUT = {KVLayout.FLASHINFER_NHD: "NHD", KVLayout.FLASHINFER_HND: "HND", KVLayout.FLASH_NHD: "NHD",
           KVLayout.FLASH_HND: "HND"}
@@ -132,12 +132,13 @@ class FlashInfer(Backend):
             run["sinks"] = inputs.sinks.to(dev)
         out, lse = wrapper.run(inputs.query, paged_kv(inputs), **run)
         lse = lse_natural(lse, base_two=True)
-        if case.alibi is not None and self.kind == "decode":
-            # Measured on an H100 (benchmarks/results/session8-h100-2026-11-23.md): the decode kernels' LSE
-            # is the oracle's plus slope * (query position) on every head and row, to 3 decimals: their bias is
-            # slope * k, not slope * (k - q), a per-row constant the output does not see. The Case's LSE is
-            # the oracle's convention, so the adapter takes the constant off.
-            lse = lse - alibi_query_term(case, inputs.alibi_slopes).to(lse.device)
+        if case.alibi is not None:
+            # FlashInfer's bias is slope * (kv_idx - qo_idx), qo_idx counting the sequence's new tokens only
+            # (variants.cuh; decode passes qo_idx = 0), not slope * (k - q): a per-row constant the output does
+            # not see. Measured on an H100: decode LSE = oracle + slope * q (session 8), prefill-fa2 LSE =
+            # oracle + slope * (context length) on every row (session 11, tools/lse-offset.py on
+            # tools/cases/flashinfer-prefill-alibi-context.json). The Case's LSE is the oracle's convention.
+            lse = lse - alibi_context_term(case, inputs.alibi_slopes).to(lse.device)
         return Actual(output=out, lse=lse, notes=first_call_note(_SEEN, key, t0))
 
 
@@ -151,6 +152,10 @@ class FlashInferCascade(Backend):
     name = "flashinfer-cascade"
     library = "flashinfer"
     description = "flashinfer.MultiLevelCascadeAttentionWrapper(2 levels): shared prefix + per-sequence suffix, merge_state"
+    # its levels are fa2 prefill modules: an nvcc JIT build per combination, as the wrappers above (undeclared until
+    # session 11, so its first calls met the plain example timeout: 8 of 8 timed out at 240 s on an H100)
+    compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")
+    compiled_features = (Feature.SOFT_CAP,)
     caps = Capabilities(
         devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}), head_sizes=(64, 128),
         attn_types=frozenset({AttentionType.DECODER}),
@@ -231,10 +236,18 @@ class FlashInferMLA(Backend):
         pool = inputs.cache.paged.tensors[0]
         wrapper = BatchMLAPagedAttentionWrapper(_workspace(dev), backend=self.option)
         t0 = time.perf_counter()
-        wrapper.plan(metadata=meta, num_heads=case.num_heads, head_dim_ckv=rank, head_dim_kpe=rope,
-                     page_size=case.cache.block_size, causal=True, sm_scale=case.softmax_scale,
-                     q_data_type=case.dtype.torch, kv_data_type=pool.dtype, lse_mode="base2",
-                     scale_mode="kv-per-tensor" if fp8 else "default")
+        try:
+            wrapper.plan(metadata=meta, num_heads=case.num_heads, head_dim_ckv=rank, head_dim_kpe=rope,
+                         page_size=case.cache.block_size, causal=True, sm_scale=case.softmax_scale,
+                         q_data_type=case.dtype.torch, kv_data_type=pool.dtype, lse_mode="base2",
+                         scale_mode="kv-per-tensor" if fp8 else "default")
+        except Exception as e:
+            # plan() refuses batches where its native scheduler (ceil) and kernel (floor) disagree on a causal
+            # KV tile and a visible key would be lost (_validate_fa_causal_tile_bound): FlashInfer's own guard,
+            # met 11 times in 30,291 MLA examples on an H100 (session 11). A refusal, not a crash.
+            if type(e).__name__ == "_BackendPlanUnsupportedError":
+                raise Unsupported(str(e)) from e
+            raise
         scales = {}
         if fp8:
             s = float(inputs.cache.k_scale[0])

@@ -35,6 +35,9 @@ class CampaignConfig:
     seconds: float | None = None  # for the whole campaign, backends side by side
     seed: int = 0
     example_timeout: float = 120.0
+    # an example that is its worker's first of a JIT backend's compile key (campaign.worker) may compile for
+    # minutes: nvcc builds of FlashInfer's fa3 prefill outran 240 s with 16 compiles at once. None: example_timeout
+    compile_timeout: float | None = 900.0
     specs: tuple[str, ...] = ()
     resume: bool = False
     limits: dict = field(default_factory=dict)
@@ -195,7 +198,7 @@ class Driver:
         if status != STICKY_EXIT and beat is not None:
             timed_out = wid in self.timed_out
             verdict = "timeout" if timed_out else "crash"
-            message = (f"no result within {self.cfg.example_timeout:.0f}s; worker killed" if timed_out else
+            message = (f"no result within {self._timeout(beat):.0f}s; worker killed" if timed_out else
                        f"worker died (exit {status}) while running this case")
             phase = {TaskKind.SHRINK: "shrink", TaskKind.REPLAY: "replay"}.get(task.kind if task else None, "generate")
             fields = {k: v for k, v in beat.items() if k not in ("type", "started")}  # base_row's summary
@@ -264,10 +267,15 @@ class Driver:
         share = self.cfg.seconds * self.plumbing.slots / len(self.cfg.backends)
         return min(deadline, time.time() + min(60.0, max(5.0, share / 4)))
 
+    def _timeout(self, beat: dict) -> float:
+        if beat.get("first_compile") and self.cfg.compile_timeout is not None:
+            return max(self.cfg.compile_timeout, self.cfg.example_timeout)
+        return self.cfg.example_timeout
+
     def _check_hangs(self) -> None:
         now = time.time()
         for wid, beat in list(self.beats.items()):
-            if wid not in self.timed_out and now - beat["started"] > self.cfg.example_timeout:
+            if wid not in self.timed_out and now - beat["started"] > self._timeout(beat):
                 self.timed_out.add(wid)
                 self.plumbing.kill(wid)
 

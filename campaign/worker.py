@@ -23,7 +23,7 @@ from backends.registry import get
 from fuzz.compare import Evaluation, base_row, evaluate
 from fuzz.judge import Verdict
 from fuzz.ledger import known_for
-from fuzz.strategies import Limits, cases, compile_slices, warm_up
+from fuzz.strategies import Limits, cases, compile_key, compile_slices, warm_up
 from reference.case import Case
 
 from .buckets import row_symptoms
@@ -124,6 +124,7 @@ class Worker:
         self.limits = Limits(**config.limits)
         self._backends: dict[str, tuple[Any, list[Limits]]] = {}
         self._strategies: dict[tuple[str, int], tuple[Any, frozenset[str]]] = {}
+        self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
 
     # --- shared pieces --------------------------------------------------------------------------
     def _loaded(self, name: str) -> tuple[Any, list[Limits]]:
@@ -169,7 +170,10 @@ class Worker:
             return row, None
         # the beat carries the row's summary fields: a worker that dies or hangs in this case still leaves a
         # row the coverage map and the report can count (features, dtype, sizes)
-        self.send({"type": "beat", **base_row(backend, case), "started": time.time(), **where})
+        key = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
+        first = bool(key[1]) and key not in self._compiled  # a JIT compile may come first: a longer timeout
+        self._compiled.add(key)
+        self.send({"type": "beat", **base_row(backend, case), "started": time.time(), "first_compile": first, **where})
         evaluation = evaluate(backend, case, check_blind=check_blind, oracle_cpu_max=self.config.oracle_cpu_max)
         row = evaluation.row
         if known is not None:

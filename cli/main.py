@@ -74,7 +74,8 @@ def _cmd_fuzz(a) -> int:
         raise UsageError(f"--time={a.time}: seconds > 0")
     examples = None if a.time and a.examples is None else (a.examples or 200)
     cfg = CampaignConfig(out=Path(a.out), backends=names, examples=examples, seconds=a.time, seed=a.seed,
-                         example_timeout=a.example_timeout, specs=tuple(a.backend_spec), resume=a.resume,
+                         example_timeout=a.example_timeout, compile_timeout=a.compile_timeout,
+                         specs=tuple(a.backend_spec), resume=a.resume,
                          limits=json.loads(a.limits), workers=a.workers,
                          shard_size=a.shard_size, shrink_per_bucket=a.shrink_per_bucket,
                          oracle_cpu_max=a.oracle_cpu_max, replay_saved=not a.no_replay,
@@ -240,6 +241,9 @@ def parser() -> argparse.ArgumentParser:
                         "compile-keyed features, a worker stays on it: 4-4.6x the examples/s of FA4 on an H100, "
                         "but fewer combinations in a short run (for long false-alarm runs)")
     f.add_argument("--example-timeout", type=float, default=120.0, help="seconds before a hung kernel is killed")
+    f.add_argument("--compile-timeout", type=float, default=900.0, metavar="SECONDS",
+                   help="the same for a worker's first example of a JIT backend's compile key (dtype, head size, "
+                        "kv dtype, keyed features), which may compile for minutes first")
     f.add_argument("--mutants", action="store_true", help="allow mutant-* backends")
     f.add_argument("--limits", default="{}", help="JSON of fuzz.strategies.Limits: sizes, and a focus "
                    'for JIT-compiled kernels, e.g. \'{"dtypes": ["bfloat16"], "head_sizes": [128]}\'')

@@ -137,6 +137,17 @@ def compile_slices(caps: Capabilities, limits: Limits, per: tuple[str, ...],
     return out
 
 
+def compile_key(case: Case, per: tuple[str, ...], features: tuple[Feature, ...] = ()) -> tuple:
+    """What a JIT backend compiles a new kernel for (Backend.compiled_per, compiled_features): the case's
+    value of each focus field in `per` and which keyed features it switches on. () for an AOT backend."""
+    if not per and not features:
+        return ()
+    values = {"dtypes": case.dtype.value, "head_sizes": (case.head_size, case.value_size),
+              "kv_cache_dtypes": case.kv_cache_dtype.value}
+    on = case.features()
+    return (*(values[name] for name in per), *(f.value for f in features if f.value in on))
+
+
 ORACLE_CAPS = Capabilities(
     devices=frozenset({"cpu", "cuda"}), dtypes=frozenset(DType), head_sizes=(8, 16, 24, 32, 64),
     attn_types=frozenset(AttentionType), features=ALL_FEATURES, kv_layouts=frozenset(KVLayout),
@@ -387,8 +398,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         # Over a hundred keys a row's weight spreads so thin that a one-key shift of a full row (cross
         # attention, a decode's last query) hides under the tolerance in every other class (21-31 % of such
         # cross-attention cases were blind): EDGE keeps real weight on each sequence's last key, half the time.
-        classes = [ValueDistribution.EDGE, *classes, ValueDistribution.EDGE, ValueDistribution.EDGE,
-                   ValueDistribution.EDGE]
+        classes = [ValueDistribution.EDGE, *classes, *[ValueDistribution.EDGE] * 7]
     distribution = draw(st.sampled_from(classes))
     if distribution == ValueDistribution.OUTLIERS:  # its 8x channels and tokens already make 64x logits: a larger
         logit_scales = [s for s in logit_scales if s <= 4.0]  # scale only makes a one-hot row no mask shift moves
@@ -397,8 +407,11 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         # At logit scales >= 8 rows are near one-hot on whichever key scores highest: a one-key shift moves them
         # only when that key is the edge one (vLLM's kernels, bf16: 24-38 % of such cases were blind)
         distribution = ValueDistribution.EDGE
+    gain, longest = 1.0, max((kv_len(attn_type, s) for s in sequences), default=0)
+    if distribution != ValueDistribution.EDGE and longest > 32:
+        gain = 8.0 if longest <= EDGE_ABOVE_KEYS else 32.0
     values = Values(distribution=distribution, logit_scale=logit_scale,
-                    outliers_at_edge=distribution == ValueDistribution.OUTLIERS)
+                    outliers_at_edge=distribution == ValueDistribution.OUTLIERS, edge_value_gain=gain)
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
     scale = draw(st.sampled_from(scales)) if draw(st.integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
     encodings = tuple((name, draw(st.sampled_from(spellings))) for name, spellings in caps.encodings)

@@ -227,6 +227,9 @@ class Values:
     # outliers only: each sequence's last key is one of the 8x tokens (drawn since 2026-11-23; False, the default,
     # keeps the tensors of cases saved before)
     outliers_at_edge: bool = False
+    # each sequence's last value times this (drawn since 2026-11-24; 1.0 keeps saved cases' tensors): the key a
+    # one-key mask shift of a decode row moves, made to show without changing where the softmax puts its weight
+    edge_value_gain: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -540,6 +543,8 @@ def validate(case: Case) -> None:
     _require(not case.values.outliers_at_edge or case.values.distribution == ValueDistribution.OUTLIERS,
              f"Case.values.outliers_at_edge=True: only with distribution=outliers "
              f"(got {case.values.distribution.value})")
+    _require(case.values.edge_value_gain > 0 and math.isfinite(case.values.edge_value_gain),
+             f"Case.values.edge_value_gain={case.values.edge_value_gain!r}: must be a finite number > 0")
     _require(isinstance(case.seed, int) and 0 <= case.seed < 2**63,
              f"Case.seed={case.seed!r}: must be an integer in [0, 2**63)")
 

@@ -190,7 +190,9 @@ def _draw_keys_values(case: Case, gen: torch.Generator) -> tuple[list[Tensor], l
             u = recency_direction(case)[0]
             k = without_direction(k, u)
             k[-1] += edge_amplitude(case, n) * u
-        if shared:
+        if n > 0 and case.values.edge_value_gain != 1.0:
+            v[-1] *= case.values.edge_value_gain
+        if shared:  # (a last key inside the shared prefix keeps the prefix's value)
             k[:shared], v[:shared] = prefix_k, prefix_v
         if case.cache is not None and case.cache.layout == KVLayout.MLA_LATENT:
             v = k[..., :dv].clone()  # MLA: the value is the latent itself (its first kv_lora_rank dims)

@@ -68,6 +68,22 @@ for g in $PARTS; do
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_CASCADE:-120}" $(avail "${PYTHONPATH:-}" '^flashinfer-cascade$')
       LIMITS="${FOCUS_MLA:-{\"dtypes\": [\"bfloat16\"], \"head_sizes\": [576, 192]\}}" \
         run "${PYTHONPATH:-}" "${TIME_MLA:-180}" $(avail "${PYTHONPATH:-}" '^flashinfer-mla-') ;;
+    fiprobe)  # session 11: which query position FlashInfer's prefill ALiBi bias leaves out of the LSE
+      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 tools/lse-offset.py tools/cases/flashinfer-prefill-alibi-context.json \
+        > "$OUT/fi-alibi-lse.txt" 2>&1 ;;
+    ficells)  # session 11: the cells session 10 left at zero: fa3 prefill and cascade (their first nvcc compiles
+      # outran the example timeout; now --compile-timeout and MAX_JOBS shares), decode-tc's fp8 / ALiBi slices
+      FUZZ_ARGS="--compile-slices" run "${PYTHONPATH:-}" "${TIME_FICELLS:-300}" $(avail "${PYTHONPATH:-}" '^flashinfer-(prefill-fa3|cascade)$')
+      LIMITS='{"kv_cache_dtypes": ["fp8_e4m3"]}' FUZZ_ARGS="--compile-slices" \
+        run "${PYTHONPATH:-}" "${TIME_FICELLSTC:-120}" $(avail "${PYTHONPATH:-}" '^flashinfer-decode-tc$') ;;
+    fitop)  # #19: 10,000 generated examples per FlashInfer backend, in the JIT focus (every variant compiled once)
+      LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_FITOP:-300}" $(avail "${PYTHONPATH:-}" "${FITOP_RE:-^flashinfer-(decode|decode-tc|prefill-fa2)$}")
+      LIMITS="${FOCUS_MLA:-{\"dtypes\": [\"bfloat16\"], \"head_sizes\": [576, 192]\}}" \
+        run "${PYTHONPATH:-}" "${TIME_FITOPMLA:-0}" $(avail "${PYTHONPATH:-}" '^flashinfer-mla-') ;;
+    vllmjit)  # #19: vLLM's Triton kernels (JIT-bound) in one dtype and head size, compile slices over the rest
+      LIMITS="${FOCUS_VLLMJIT:-{\"dtypes\": [\"bfloat16\"], \"head_sizes\": [128]\}}" FUZZ_ARGS="--compile-slices" \
+        run "${PYTHONPATH:-}" "${TIME_VLLMJIT:-300}" \
+        $(avail "${PYTHONPATH:-}" "${VLLMJIT_RE:-^vllm-(triton-unified|triton-decode|prefix-prefill|chunked-paged-decode|pth-writes-cache)$}") ;;
     kernel)  # the raw-API region (#9): explicit causal flag and alignment, window pairs, q > k
       LIMITS='{"attn_types": ["kernel"]}' run "${PYTHONPATH:-}" "${TIME_KERNEL:-200}" \
         $(avail "${PYTHONPATH:-}" '(^torch-sdpa-.*cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^flex-cuda$|^flex-flash-cuda$|^fa4-varlen$)') ;;
@@ -128,7 +144,11 @@ for g in $PARTS; do
   # pack after every part: a call cut by its time limit still brings back what the parts before it found
   pack 2>/dev/null
 done
-PYTHONPATH=$BASE python3 -m cli report "$RES" >> "$OUT/campaign.log" 2>&1
-PYTHONPATH=$BASE python3 benchmarks/throughput.py "$RES" > "$OUT/throughput.md" 2>&1
+# the report and the throughput table read every row (minutes for 50,000 rows): cut to what BUDGET leaves (a call
+# with BUDGET=520 ran past its 600-s limit in the report, session 11); the rows are packed already
+left=$(( DEADLINE - $(date +%s) + 20 )); [ "$left" -lt 10 ] && left=10
+PYTHONPATH=$BASE timeout $left python3 -m cli report "$RES" >> "$OUT/campaign.log" 2>&1
+left=$(( DEADLINE - $(date +%s) + 40 )); [ "$left" -lt 10 ] && left=10
+PYTHONPATH=$BASE timeout $left python3 benchmarks/throughput.py "$RES" > "$OUT/throughput.md" 2>&1
 pack
 ls -la "$OUT"

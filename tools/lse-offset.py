@@ -1,6 +1,7 @@
 """Run ON THE DEVICE: a saved case's LSE, kernel minus oracle, per sequence and head, beside the ALiBi
 bias of the query's position (slope * q): a constant per-row shift leaves the output alone, so an offset
 equal to slope * q is an LSE convention (the kernel's bias omits the query position), not a defect.
+With ALiBi, each row's offset / slope says which position the kernel's bias leaves out.
 
   python3 tools/lse-offset.py CASE.json [CASE.json ...]
 """
@@ -37,6 +38,11 @@ def main() -> None:
             print(f"  seq {i} (q at {q_pos} of {case.kv_lens[i]} keys): "
                   f"LSE diff per head {[round(x, 3) for x in d.tolist()]}")
             print(f"  {' ' * len(str(i))}       slope * q per head {[round(x, 3) for x in (slopes * q_pos).tolist()]}")
+            if case.alibi:  # every row: the offset in units of the slope, beside the query's two positions
+                per_row = (diff[rows] / slopes[None]).mean(-1)  # [rows]: one number if the offset is slope * t
+                for j, t in enumerate(per_row.tolist()[:8]):
+                    print(f"    row {j}: offset / slope = {t:.2f} (position among keys {case.query_offset(seq) + j}, "
+                          f"among queries {j})")
 
 
 if __name__ == "__main__":

@@ -42,11 +42,12 @@ def test_position_rule_with_tensor_scalars_is_the_same_rule():
     check()
 
 
-def test_an_alibi_bias_without_the_query_position_moves_only_the_lse_and_by_alibi_query_term():
-    """FlashInfer's decode LSE (measured) uses slope * k; the oracle slope * (k - q): the adapter subtracts
-    alibi_query_term. Checked here on the oracle: the softmax over slope * k scores has its LSE."""
+def test_an_alibi_bias_counting_only_new_queries_moves_only_the_lse_and_by_alibi_context_term():
+    """FlashInfer's LSE (measured: decode and prefill) uses slope * (k - i), i the query's index among its
+    sequence's new tokens; the oracle slope * (k - q): the adapter subtracts alibi_context_term. Checked here
+    on the oracle: the softmax over slope * (k - i) scores has its LSE, and its output is the oracle's."""
     import reference as r
-    from backends._convert import alibi_query_term
+    from backends._convert import alibi_context_term
     from reference.attention import attention
     from reference.inputs import materialize
 
@@ -62,11 +63,16 @@ def test_an_alibi_bias_without_the_query_position_moves_only_the_lse_and_by_alib
         start += seq.query_len
         pos_q = torch.arange(seq.query_len) + case.query_offset(seq)
         scores = torch.einsum("qhd,khd->hqk", q, k.double().repeat_interleave(2, 1)) * case.softmax_scale
-        bias = torch.tensor(slopes, dtype=torch.float64)[:, None, None] * torch.arange(k.shape[0])[None, None]
+        new_index = torch.arange(seq.query_len, dtype=torch.float64)  # i: among the new tokens only
+        bias = torch.tensor(slopes, dtype=torch.float64)[:, None, None] * (
+            torch.arange(k.shape[0])[None, None, :] - new_index[None, :, None])
         scores = scores + bias
         scores = scores.masked_fill(torch.arange(k.shape[0])[None, None] > pos_q[None, :, None], float("-inf"))
         lse_k_only.append(scores.logsumexp(-1).T)
-    shifted = torch.cat(lse_k_only) - alibi_query_term(case, torch.tensor(slopes)).double()
+        out = torch.einsum("hqk,khd->qhd", scores.softmax(-1), inputs.values[len(lse_k_only) - 1].double()
+                           .repeat_interleave(2, 1))
+        assert torch.allclose(out, expected.output[start - seq.query_len:start], atol=1e-5)
+    shifted = torch.cat(lse_k_only) - alibi_context_term(case, torch.tensor(slopes)).double()
     assert torch.allclose(shifted, expected.lse, atol=1e-5)
 
 

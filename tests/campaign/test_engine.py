@@ -54,6 +54,16 @@ def test_a_hanging_kernel_is_a_timeout_row(tmp_path):
     assert timeouts and all(r["dtype"] and "head_size" in r for r in timeouts)
 
 
+def test_a_first_compile_gets_the_compile_timeout_and_a_later_call_the_example_timeout(tmp_path):
+    focus = {"dtypes": ["float32"], "head_sizes": [16]}  # one compile key: one 3-s first call per worker
+    rows = _generated(_campaign(tmp_path / "lenient", ["test-compiles"], 4, example_timeout=1.5, compile_timeout=60,
+                                limits=focus).rows)
+    assert len(rows) == 4 and {r["verdict"] for r in rows} <= {"pass", "blind"}
+    strict = _generated(_campaign(tmp_path / "strict", ["test-compiles"], 1, example_timeout=1.5, compile_timeout=None,
+                                  limits=focus).rows)
+    assert [r["verdict"] for r in strict] == ["timeout"] and "within 2s" in strict[0]["message"]
+
+
 def test_resume_keeps_rows_and_reaches_the_budget_without_repeating_an_example(tmp_path):
     first = _campaign(tmp_path, ["torch-naive-paged"], 5, shard_size=4).rows
     again = _campaign(tmp_path, ["torch-naive-paged"], 9, shard_size=4, resume=True).rows

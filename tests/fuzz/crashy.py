@@ -83,5 +83,20 @@ class JitLike(NaivePaged):
         self.name = "test-jit"
 
 
+class CompilesFirst(JitLike):
+    """The correct kernel, whose first call per dtype and head size in a process takes 3 s (a JIT compile)."""
+
+    def __init__(self):
+        super().__init__()
+        self.name, self.compiled = "test-compiles", set()
+
+    def run(self, inputs):
+        key = (inputs.case.dtype, inputs.case.head_size)
+        if key not in self.compiled:
+            self.compiled.add(key)
+            time.sleep(3.0)
+        return super().run(inputs)
+
+
 def all_crashy():
-    return [Segfaults(), Hangs(), StickyError(), Slow(), JitLike()]
+    return [Segfaults(), Hangs(), StickyError(), Slow(), JitLike(), CompilesFirst()]

@@ -95,7 +95,11 @@ def test_magnitudes_encodings_and_the_recent_and_edge_classes_are_drawn():
     assert frac(lambda c: c.scale is not None and (c.scale <= 0.001 or c.scale >= 10)) > 0.01
     assert frac(lambda c: c.values.distribution == r.ValueDistribution.RECENT) > 0.2
     long = [c for c in draws if c.max_kv_len > 128]  # a full row over many keys is blind unless its last key weighs
-    assert sum(c.values.distribution == r.ValueDistribution.EDGE for c in long) / len(long) > 0.3
+    assert sum(c.values.distribution == r.ValueDistribution.EDGE for c in long) / len(long) > 0.5
+    # outside EDGE, a sequence over 32 keys has its last value scaled (8, or 32 over 128 keys); shorter ones never
+    others = [c for c in draws if c.values.distribution != r.ValueDistribution.EDGE]
+    assert all((c.values.edge_value_gain > 1) == (c.max_kv_len > 32) for c in others)
+    assert {c.values.edge_value_gain for c in others if c.max_kv_len > 128} == {32.0}
     assert all(c.values.logit_scale <= 4 for c in draws if c.values.distribution == r.ValueDistribution.OUTLIERS)
     assert frac(lambda c: c.attn_type == r.AttentionType.KERNEL and c.cache is not None) > 0.1  # paged raw-API cases
 

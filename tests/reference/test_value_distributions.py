@@ -59,6 +59,35 @@ def test_outliers_at_edge_makes_the_last_key_an_outlier_and_leaves_the_rest_as_s
     if keys > 1:
         assert (k_new[-1].norm(dim=-1) > 4 * k_new[:-1].norm(dim=-1).median(0).values).all()  # per kv head
 
+@pytest.mark.parametrize("keys", [1, 40, 300])
+def test_edge_value_gain_scales_each_last_value_and_leaves_every_other_draw_as_saved_cases_had_them(keys):
+    seqs = (r.SequenceSpec(query_len=1, context_len=keys - 1), r.SequenceSpec(query_len=2, context_len=5))
+    old = r.Case(sequences=seqs, seed=11, values=r.Values(r.ValueDistribution.NORMAL))
+    new = old.replace(values=r.Values(r.ValueDistribution.NORMAL, edge_value_gain=8.0))
+    a, b = materialize(old), materialize(new)
+    assert torch.equal(a.query, b.query) and all(torch.equal(x, y) for x, y in zip(a.keys, b.keys))
+    for v_old, v_new in zip(a.values, b.values):
+        assert torch.equal(v_new[:-1], v_old[:-1]) and torch.equal(v_new[-1], 8.0 * v_old[-1])
+
+
+def test_edge_value_gain_moves_a_decode_row_s_one_key_shift_by_the_gain():
+    # the shift of a decode row (its last key dropped) moves the output by w * (v_last - rest): gain x as far
+    case = r.Case(sequences=(r.SequenceSpec(query_len=1, context_len=63),), num_heads=1, num_kv_heads=1, head_size=16,
+                  dtype=r.DType.FLOAT32, seed=5)
+    moves = []
+    for gain in (1.0, 8.0):
+        inputs = materialize(case.replace(values=r.Values(r.ValueDistribution.NORMAL, edge_value_gain=gain)))
+        q, k, v = inputs.query[0, 0].double(), inputs.keys[0][:, 0].double(), inputs.values[0][:, 0].double()
+        w = torch.softmax(k @ q * case.softmax_scale, 0)
+        moves.append((w @ v - (w[:-1] / w[:-1].sum()) @ v[:-1]).norm())
+    assert moves[1] > 4 * moves[0]
+
+
+def test_edge_value_gain_must_be_a_positive_number():
+    with pytest.raises(r.CaseError, match="edge_value_gain"):
+        r.Case(sequences=(r.SequenceSpec(1, 4),), values=r.Values(edge_value_gain=0.0))
+
+
 def test_outliers_at_edge_belongs_to_the_outliers_class():
     with pytest.raises(r.CaseError, match="outliers_at_edge"):
         r.Case(sequences=(r.SequenceSpec(1, 4),), values=r.Values(r.ValueDistribution.NORMAL, outliers_at_edge=True))
