@@ -72,7 +72,8 @@ for g in $PARTS; do
       PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 tools/lse-offset.py tools/cases/flashinfer-prefill-alibi-context.json \
         > "$OUT/fi-alibi-lse.txt" 2>&1 ;;
     ficells)  # session 11: the cells session 10 left at zero: fa3 prefill and cascade (their first nvcc compiles
-      # outran the example timeout; now --compile-timeout and MAX_JOBS shares), decode-tc's fp8 / ALiBi slices
+      # outran the example timeout; now --compile-timeout, but an sm90 module still took > 4 min to build with 16
+      # builds at once: 250 s drew none), decode-tc's fp8 / ALiBi slices (drawn)
       FUZZ_ARGS="--compile-slices" run "${PYTHONPATH:-}" "${TIME_FICELLS:-300}" $(avail "${PYTHONPATH:-}" '^flashinfer-(prefill-fa3|cascade)$')
       LIMITS='{"kv_cache_dtypes": ["fp8_e4m3"]}' FUZZ_ARGS="--compile-slices" \
         run "${PYTHONPATH:-}" "${TIME_FICELLSTC:-120}" $(avail "${PYTHONPATH:-}" '^flashinfer-decode-tc$') ;;
