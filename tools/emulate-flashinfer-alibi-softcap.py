@@ -11,7 +11,7 @@ kernels) compute soft_cap * tanh(s * sm_scale / soft_cap) + slope * (k_pos - q_p
 
 Reads saved cases, or a campaign's rows.jsonl (its output mismatches with ALiBi and soft-cap): a failing row
 records the kernel's worst element; the output is recomputed both ways in float64 from the same materialized
-inputs, and the tool prints which one the kernel's value matches.
+inputs, and the tool prints whether the kernel's value is the model's.
 
   python3 tools/emulate-flashinfer-alibi-softcap.py CASE.json|rows.jsonl [...]
 """
@@ -26,19 +26,20 @@ sys.path.insert(0, ".")
 
 from cli.caseio import load_case_file  # noqa: E402
 from reference.case import Case  # noqa: E402
+from reference.attention import sequence_kv  # noqa: E402
 from reference.inputs import materialize  # noqa: E402
 
 
-def logits(case, q, k, slope: float, q_index: int, q_pos: int, flashinfer: bool):
+def logits(case, q, k, slope: float, q_index: int, q_pos: int, flashinfer: bool, k_scale: float = 1.0):
     """[keys] float64 logits of one query row against its sequence's keys (causal: every key up to q_pos).
-    Models the 16-bit cache only: an fp8 cache's dequantization and `sinks` (which FlashInfer's fa2 paths
-    ignore, finding 1 of 2026-11-22) are left out, so rows with either are not explained here."""
-    s = (k.double() @ q.double())  # raw q.k
+    `sinks` are left out (FlashInfer's fa2 paths ignore them: finding 1 of 2026-11-22). With an fp8 cache the
+    wrapper folds k_scale into sm_scale (`sm_scale *= k_scale`), so the second scaling carries it too."""
+    s = k.double() @ q.double()  # raw q.k
     kv = torch.arange(k.shape[0], dtype=torch.float64)
     cap, sm = case.soft_cap, case.softmax_scale
     if flashinfer:
         x = s * sm + slope * (kv - q_index)
-        return cap * torch.tanh(x * sm / cap)
+        return cap * torch.tanh(x * sm * k_scale / cap)
     return cap * torch.tanh(s * sm / cap) + slope * (kv - q_pos)
 
 
@@ -46,10 +47,11 @@ def row_output(case, inputs, seq: int, i: int, head: int, flashinfer: bool):
     spec = case.sequences[seq]
     q_pos = case.query_offset(spec) + i
     kv_head = head // (case.num_heads // case.num_kv_heads)
-    k = inputs.keys[seq][: q_pos + 1, kv_head]
-    v = inputs.values[seq][: q_pos + 1, kv_head].double()
+    keys, values = sequence_kv(inputs, seq, torch.float64)  # the cache as the kernel reads it (dequantized)
+    k, v = keys[: q_pos + 1, kv_head], values[: q_pos + 1, kv_head]
     q = inputs.query[int(inputs.query_start_loc[seq]) + i, head]
-    x = logits(case, q, k, case.alibi.slopes[head], i, q_pos, flashinfer)
+    k_scale = float(case.cache.quant.k_scales[0]) if case.kv_cache_dtype.is_fp8 else 1.0
+    x = logits(case, q, k, case.alibi.slopes[head], i, q_pos, flashinfer, k_scale)
     if case.sliding_window is not None:  # vLLM's W: the last W keys, the query's own included
         x[: max(0, q_pos + 1 - case.sliding_window)] = float("-inf")
     return torch.softmax(x, 0) @ v
@@ -80,11 +82,11 @@ def main() -> int:
         oracle = float(row_output(case, inputs, seq, token, head, False)[dim])
         model = float(row_output(case, inputs, seq, token, head, True)[dim])
         actual = row["worst_actual"]
-        ok = abs(model - actual) < abs(oracle - actual)
+        ok = abs(model - actual) <= 0.02 * max(1.0, abs(actual))  # bf16 output rounding and fp32 sums: 2 %
         matched, total = matched + ok, total + 1
-        print(f"{name}: kernel {actual:.5g}, FlashInfer model {model:.5g}, oracle {oracle:.5g} "
-              f"(recorded expected {row['worst_expected']:.5g}) -> {'model' if ok else 'oracle'}")
-    print(f"{matched} of {total} worst elements closer to the model")
+        print(f"{name}: kernel {actual:.5g}, FlashInfer model {model:.5g}, oracle without sinks {oracle:.5g} "
+              f"(recorded expected {row['worst_expected']:.5g}) -> {'model' if ok else 'not the model'}")
+    print(f"{matched} of {total} worst elements within 2 % of the model")
     return 0
 
 
