@@ -25,9 +25,9 @@ def rows_path(out: Path) -> Path:
     return Path(out) / ROWS
 
 
-def read_rows(out: Path) -> list[dict]:
-    """Every complete row of out/rows.jsonl, in order; a line cut by a kill is skipped."""
-    path = rows_path(out)
+def read_jsonl(path: Path) -> list[dict]:
+    """Every complete JSON object of a .jsonl file, in order; a line cut by a kill is skipped; no file: []."""
+    path = Path(path)
     if not path.exists():
         return []
     rows = []
@@ -40,6 +40,11 @@ def read_rows(out: Path) -> list[dict]:
             if isinstance(row, dict):
                 rows.append(row)
     return rows
+
+
+def read_rows(out: Path) -> list[dict]:
+    """Every complete row of out/rows.jsonl, in order; a line cut by a kill is skipped."""
+    return read_jsonl(rows_path(out))
 
 
 def _why(e: OSError, path: Path) -> str:

@@ -173,8 +173,10 @@ class Worker:
         key = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
         first = bool(key[1]) and key not in self._compiled  # a JIT compile may come first: a longer timeout
         self._compiled.add(key)
-        self.send({"type": "beat", **base_row(backend, case), "started": time.time(), "first_compile": first, **where})
-        evaluation = evaluate(backend, case, check_blind=check_blind, oracle_cpu_max=self.config.oracle_cpu_max)
+        summary = base_row(backend, case)
+        self.send({"type": "beat", **summary, "started": time.time(), "first_compile": first, **where})
+        evaluation = evaluate(backend, case, check_blind=check_blind, oracle_cpu_max=self.config.oracle_cpu_max,
+                              base=summary)
         row = evaluation.row
         if known is not None:
             failing = Verdict(row["verdict"]).is_failure

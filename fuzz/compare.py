@@ -78,9 +78,10 @@ def base_row(backend: Backend, case: Case) -> dict[str, Any]:
 
 
 def evaluate(backend: Backend, case: Case, device: str | None = None, check_blind: bool = True,
-             oracle_cpu_max: int = ORACLE_CPU_MAX) -> Evaluation:
-    """Run `case` on `backend` and judge it against the oracle. Never raises for kernel errors."""
-    row = base_row(backend, case)
+             oracle_cpu_max: int = ORACLE_CPU_MAX, base: dict[str, Any] | None = None) -> Evaluation:
+    """Run `case` on `backend` and judge it against the oracle. Never raises for kernel errors.
+    `base`: base_row(backend, case) when the caller built it already (a campaign worker's heartbeat)."""
+    row = dict(base) if base is not None else base_row(backend, case)
     reasons = backend.not_supported_reasons(case)
     if reasons:
         row.update(verdict=Verdict.UNSUPPORTED.value, message="; ".join(reasons))

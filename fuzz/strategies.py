@@ -394,7 +394,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
                ValueDistribution.RECENT]
     if tier == "long":
         classes[0], classes[1] = classes[1], classes[0]
-    if max((kv_len(attn_type, s) for s in sequences), default=0) > EDGE_ABOVE_KEYS:
+    if max_kv > EDGE_ABOVE_KEYS:
         # Over a hundred keys a row's weight spreads so thin that a one-key shift of a full row (cross
         # attention, a decode's last query) hides under the tolerance in every other class (21-31 % of such
         # cross-attention cases were blind): EDGE keeps real weight on each sequence's last key, in 8 of 13 draws
@@ -410,9 +410,9 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         distribution = ValueDistribution.EDGE
     # A decode row's one-key shift drops its last key, worth ~1/n of the row: a larger last value makes it show
     # without moving the weights (CPU twins of vLLM's merge / decode: 5.95 / 8.05 % blind -> 3.66 / 4.90 %)
-    gain, longest = 1.0, max((kv_len(attn_type, s) for s in sequences), default=0)
-    if distribution != ValueDistribution.EDGE and longest > 32:
-        gain = 8.0 if longest <= EDGE_ABOVE_KEYS else 32.0
+    gain = 1.0
+    if distribution != ValueDistribution.EDGE and max_kv > 32:
+        gain = 8.0 if max_kv <= EDGE_ABOVE_KEYS else 32.0
     values = Values(distribution=distribution, logit_scale=logit_scale,
                     outliers_at_edge=distribution == ValueDistribution.OUTLIERS, edge_value_gain=gain)
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]

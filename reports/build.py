@@ -6,7 +6,6 @@ PNG, no network) and every value shown passes through Jinja's autoescaping.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -14,7 +13,7 @@ from xml.etree import ElementTree as ET
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from campaign.store import read_rows
+from campaign.store import read_jsonl, read_rows
 
 FAILURES = ("mismatch", "nan", "contract", "crash", "timeout")
 VERDICTS = ("pass", "blind", "unsupported") + FAILURES
@@ -107,15 +106,8 @@ def junit_xml(df: pd.DataFrame) -> str:
 
 def load_probes(results: Path) -> list[dict]:
     """Convention-probe rows (`attnref probe --out DIR`), the last run of each backend and probe."""
-    path = results / "probes.jsonl"
-    if not path.exists():
-        return []
     latest: dict[tuple[str, str], dict] = {}
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a cut last line
+    for row in read_jsonl(results / "probes.jsonl"):  # (a cut last line is skipped)
         latest[(row["backend"], row["probe"])] = row
     return [latest[k] for k in sorted(latest)]
 

@@ -17,13 +17,13 @@ inputs, and the tool prints whether the kernel's value is the model's.
 """
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
 
 sys.path.insert(0, ".")
 
+from campaign.store import read_jsonl  # noqa: E402
 from cli.caseio import load_case_file  # noqa: E402
 from reference.case import Case  # noqa: E402
 from reference.attention import sequence_kv  # noqa: E402
@@ -61,14 +61,10 @@ def _items(paths: list[str]):
     """(name, case, row) of each saved case, and of each ALiBi + soft-cap output mismatch of a rows.jsonl."""
     for path in paths:
         if path.endswith(".jsonl"):
-            for n, line in enumerate(open(path)):
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line
+            for n, row in enumerate(read_jsonl(path)):
                 features = set((row.get("features") or "").split(","))
                 if row.get("symptom") == "output" and {"alibi", "soft_cap"} <= features and "worst_actual" in row:
-                    yield f"{path}:{n + 1}", Case.from_json(row["case"]), row
+                    yield f"{path} row {n + 1}", Case.from_json(row["case"]), row
         else:
             case, meta = load_case_file(path)
             yield path, case, meta.get("row", {})

@@ -21,6 +21,7 @@ import sys
 import torch
 
 sys.path.insert(0, ".")
+from campaign.store import read_jsonl  # noqa: E402
 from reference.attention import attention  # noqa: E402
 from reference.case import Case  # noqa: E402
 from reference.inputs import materialize  # noqa: E402
@@ -84,7 +85,7 @@ def main(paths: list[str]) -> None:
             saved = json.load(open(path))
             rows = [{**saved["row"], "case": saved["case"]}]
         else:
-            rows = [json.loads(line) for line in open(path)]
+            rows = read_jsonl(path)
         for row in rows:
             if row.get("backend") != "vllm-backend-flex" or row.get("verdict") != "mismatch" \
                     or row.get("worst_actual") is None:

@@ -24,6 +24,7 @@ import sys
 import torch
 
 sys.path.insert(0, ".")
+from campaign.store import read_jsonl  # noqa: E402
 from reference.attention import attention, new_token_bias, query_for_oracle, sequence_kv  # noqa: E402
 from reference.case import Case  # noqa: E402
 from reference.inputs import materialize  # noqa: E402
@@ -102,7 +103,7 @@ def load_rows(paths: list[str]) -> list[dict]:
     rows = []
     for path in paths:
         if path.endswith(".jsonl"):
-            rows += [json.loads(line) for line in open(path)]
+            rows += read_jsonl(path)
         else:
             saved = json.load(open(path))
             rows.append(dict(saved["row"], backend=saved["backend"], verdict=saved["verdict"],

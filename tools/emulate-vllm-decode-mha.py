@@ -13,13 +13,13 @@ and prints which one the kernel's value is closest to.
 """
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
 
 sys.path.insert(0, ".")
 
+from campaign.store import read_jsonl  # noqa: E402
 from reference.case import Case  # noqa: E402
 from reference.inputs import materialize  # noqa: E402
 
@@ -52,11 +52,7 @@ def output(case: Case, inputs, seq: int, head: int, how: str) -> torch.Tensor:
 
 def main() -> int:
     counts = {"exact": 0, "product": 0, "both": 0}
-    for line in open(sys.argv[1]):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for row in read_jsonl(sys.argv[1]):
         if row.get("backend") != "vllm-triton-decode" or row.get("symptom") != "output" or "worst_actual" not in row:
             continue
         case = Case.from_json(row["case"])

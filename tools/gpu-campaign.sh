@@ -46,6 +46,7 @@ avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
 PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -m cli backends -v > "$OUT/backends.txt" 2>&1
 PYTHONPATH=$BASE:/tmp/site-xf python3 -m cli backends | grep xformers >> "$OUT/backends.txt" 2>&1
 FOCUS_JIT=${FOCUS_JIT:-'{"dtypes": ["bfloat16"], "head_sizes": [128], "kv_cache_dtypes": ["auto", "fp8_e4m3"]}'}
+FOCUS_MLA=${FOCUS_MLA:-'{"dtypes": ["bfloat16"], "head_sizes": [576, 192]}'}
 for g in $PARTS; do
   case $g in
     fa4) run "${PYTHONPATH:-}" "${TIME_FA4:-100}" $(avail "${PYTHONPATH:-}" '^fa4-') ;;
@@ -66,7 +67,7 @@ for g in $PARTS; do
     finew)  # FlashInfer's fa3 prefill, multi-level cascade and MLA, each in a JIT-friendly focus
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_FA3:-150}" $(avail "${PYTHONPATH:-}" '^flashinfer-prefill-fa3$')
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_CASCADE:-120}" $(avail "${PYTHONPATH:-}" '^flashinfer-cascade$')
-      LIMITS="${FOCUS_MLA:-{\"dtypes\": [\"bfloat16\"], \"head_sizes\": [576, 192]\}}" \
+      LIMITS="$FOCUS_MLA" \
         run "${PYTHONPATH:-}" "${TIME_MLA:-180}" $(avail "${PYTHONPATH:-}" '^flashinfer-mla-') ;;
     fiprobe)  # session 11: which query position FlashInfer's prefill ALiBi bias leaves out of the LSE
       PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 tools/lse-offset.py tools/cases/flashinfer-prefill-alibi-context.json \
@@ -79,7 +80,7 @@ for g in $PARTS; do
         run "${PYTHONPATH:-}" "${TIME_FICELLSTC:-120}" $(avail "${PYTHONPATH:-}" '^flashinfer-decode-tc$') ;;
     fitop)  # #19: 10,000 generated examples per FlashInfer backend, in the JIT focus (every variant compiled once)
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_FITOP:-300}" $(avail "${PYTHONPATH:-}" "${FITOP_RE:-^flashinfer-(decode|decode-tc|prefill-fa2)$}")
-      LIMITS="${FOCUS_MLA:-{\"dtypes\": [\"bfloat16\"], \"head_sizes\": [576, 192]\}}" \
+      LIMITS="$FOCUS_MLA" \
         run "${PYTHONPATH:-}" "${TIME_FITOPMLA:-0}" $(avail "${PYTHONPATH:-}" '^flashinfer-mla-') ;;
     vllmjit)  # #19: vLLM's Triton kernels (JIT-bound) in one dtype and head size, compile slices over the rest
       LIMITS="${FOCUS_VLLMJIT:-{\"dtypes\": [\"bfloat16\"], \"head_sizes\": [128]\}}" FUZZ_ARGS="--compile-slices" \
