@@ -110,8 +110,9 @@ _SLICE_FIELDS = {"dtypes": (lambda c: c.dtypes, lambda d: d.value), "head_sizes"
 def compile_slices(caps: Capabilities, limits: Limits, per: tuple[str, ...],
                    features: tuple[Feature, ...] = ()) -> list[Limits]:
     """`limits` narrowed to each combination of the focus fields `per` (one value each, within the focus)
-    and of the compile-keyed `features` (each allowed or off), in a fixed order: a JIT backend's compile
-    slices (Backend.compiled_per, Backend.compiled_features). Neither: [limits]."""
+    and of the compile-keyed `features` (each allowed or off): a JIT backend's compile slices
+    (Backend.compiled_per, Backend.compiled_features). Neither: [limits]. The order is fixed and covering
+    first (_covering_first): a campaign that builds only a few modules still draws every declared value."""
     names, axes = [], []
     for name in per:
         declared, key = _SLICE_FIELDS[name]
@@ -121,7 +122,7 @@ def compile_slices(caps: Capabilities, limits: Limits, per: tuple[str, ...],
             axes.append(values)
     drawn = {f for f in caps.features if limits.features is None or f.value in limits.features}
     keyed = sorted((f for f in features if f in drawn), key=lambda f: f.value)
-    out = []
+    out: list[tuple[Limits, frozenset]] = []
     for combo in itertools.product(*axes, *([False, True] for _ in keyed)):
         fields = {n: (v,) for n, v in zip(names, combo)}
         if "kv_cache_dtypes" in fields and "dtypes" in fields and \
@@ -133,8 +134,22 @@ def compile_slices(caps: Capabilities, limits: Limits, per: tuple[str, ...],
         if keyed:
             allowed = {f for f, on in zip(keyed, combo[len(names):]) if on}
             fields["features"] = tuple(sorted(f.value for f in drawn if f not in keyed or f in allowed))
-        out.append(replace(limits, **fields))
-    return out
+        out.append((replace(limits, **fields), frozenset(zip([*names, *keyed], combo))))
+    return _covering_first(out)
+
+
+def _covering_first(slices: list[tuple[Limits, frozenset]]) -> list[Limits]:
+    """Greedy set cover, then the rest in product order: each next slice is the earliest one that adds the
+    most (field, value) pairs no slice before it has. In product order an sm90 FlashInfer campaign that
+    built 8 modules drew one dtype and head size only; covering first, 3-4 slices draw every value."""
+    ordered, seen, rest = [], set(), list(slices)
+    while rest:
+        best = max(range(len(rest)), key=lambda i: (len(rest[i][1] - seen), -i))
+        if not rest[best][1] - seen:
+            break
+        seen |= rest[best][1]
+        ordered.append(rest.pop(best)[0])
+    return ordered + [s for s, _ in rest]
 
 
 def compile_key(case: Case, per: tuple[str, ...], features: tuple[Feature, ...] = ()) -> tuple:

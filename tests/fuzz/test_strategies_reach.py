@@ -139,6 +139,22 @@ def test_compile_slices_fix_one_dtype_and_head_size_and_switch_compile_keyed_fea
     assert compile_slices(caps, Limits(), ()) == [Limits()]
 
 
+def test_the_first_compile_slices_cover_every_declared_value_and_each_keyed_feature_on_and_off():
+    """A JIT campaign builds only its first few slices (an sm90 FlashInfer module: minutes): in product
+    order those were one dtype and one head size; covering first, the longest axis's length of them suffices."""
+    from fuzz.strategies import compile_slices
+
+    caps = get("torch-naive-paged").caps
+    keyed = (Feature.SINKS, Feature.WINDOW)
+    slices = compile_slices(caps, Limits(), ("dtypes", "head_sizes"), keyed)
+    first = slices[:max(len(caps.dtypes), len(caps.head_sizes), 2)]
+    assert {s.dtypes[0] for s in first} == {d.value for d in caps.dtypes}
+    assert {s.head_sizes[0] for s in first} == set(caps.head_sizes)
+    for f in ("sinks", "window"):
+        assert {f in s.features for s in first} == {True, False}
+    assert slices == compile_slices(caps, Limits(), ("dtypes", "head_sizes"), keyed)  # a fixed order: workers agree
+
+
 def test_a_focus_whose_kv_dtypes_cannot_hold_the_model_dtype_draws_the_declared_ones_and_slices_skip_it():
     from fuzz.strategies import compile_slices
 
