@@ -6,8 +6,8 @@
 #                                                     session (setsid); RES=/tmp/bg-NAME unless given
 #   bash tools/gpu-bg.sh hold SECONDS                 keep the call (and the machine) busy while any started
 #                                                     campaign runs, a progress line a minute
-#   bash tools/gpu-bg.sh pack NAME [VAR=VALUE ...]    stop NAME if it still runs (SIGINT: its rows are
-#                                                     flushed), then report + pack its RES into $OUT/NAME
+#   bash tools/gpu-bg.sh pack NAME [VAR=VALUE ...]    stop NAME if it still runs (SIGINT: its rows are flushed),
+#                                                     then $OUT/NAME-results.tar.xz and $OUT/NAME-log.txt
 set -uo pipefail
 cmd=${1:?start, hold or pack}; shift
 progress() {  # one line: seconds, rows per started campaign, running nvcc / ptxas processes
@@ -43,9 +43,10 @@ case $cmd in
       for _ in $(seq 60); do pgrep -s "$pid" > /dev/null || break; sleep 1; done
       pkill -KILL -s "$pid" || true
     fi
-    mkdir -p "$OUT/$name"
-    cp "/tmp/bg-$name.log" "/tmp/bg-$name-out"/*.txt "/tmp/bg-$name-out"/campaign.log "$OUT/$name/" 2>/dev/null
-    env RES="$(readlink "/tmp/bg-$name.res")" OUT="$OUT/$name" PARTS=" " "$@" bash tools/gpu-campaign.sh > /dev/null 2>&1
-    ls -la "$OUT/$name" ;;
+    # two files back per campaign (a device call brings back 8 files at most): its packed rows, its logs
+    env RES="$(readlink "/tmp/bg-$name.res")" OUT="/tmp/bg-$name-out" PARTS=" " "$@" bash tools/gpu-campaign.sh > /dev/null 2>&1
+    cp "/tmp/bg-$name-out/gpu-results.tar.xz" "$OUT/$name-results.tar.xz"
+    cat "/tmp/bg-$name.log" "/tmp/bg-$name-out"/{device.txt,campaign.log,throughput.md} > "$OUT/$name-log.txt" 2>/dev/null
+    ls -la "$OUT/$name"-* ;;
   *) echo "usage: gpu-bg.sh start NAME [VAR=VALUE ...] | hold SECONDS | pack NAME [VAR=VALUE ...]" >&2; exit 2 ;;
 esac

@@ -116,7 +116,7 @@ for g in $PARTS; do
       PYTHONPATH=$BASE:${PYTHONPATH:-}:/tmp/vdeps timeout 120 python3 benchmarks/results/repro-vllm-dcp-combine-head-size.py \
         > "$OUT/repro-dcp.txt" 2>&1; echo "exit $?" >> "$OUT/repro-dcp.txt" ;;
     vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
-      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-') ;;
+      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" "${VLLMWHOLE_RE:-^vllm-backend-}") ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
       cuda=$(avail "${PYTHONPATH:-}" "${PROBE_RE:-(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-|^flashinfer-|^vllm-)}")
       xf=$(avail /tmp/site-xf '^xformers-')  # (an empty list would mean "every available backend")
