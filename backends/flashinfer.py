@@ -76,7 +76,7 @@ class FlashInfer(Backend):
 
     def __init__(self, name: str, kind: str, option: str) -> None:
         self.name, self.kind, self.option = name, kind, option
-        decode = kind == "decode"
+        decode, fa3 = kind == "decode", option == "fa3"
         self.description = (f"flashinfer.BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores={option == 'tc'})" if decode
                             else f"flashinfer.BatchPrefillWithPagedKVCacheWrapper(backend='{option}')")
         self.caps = Capabilities(
@@ -85,14 +85,18 @@ class FlashInfer(Backend):
             # ("Unsupported group_size: 7" from plan()).
             head_groups=frozenset({1, 2, 3, 4, 6, 8, 16}) if kind == "decode" and option != "tc" else None,
             attn_types=frozenset({AttentionType.DECODER} if decode else {AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
-            features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT,
-                                Feature.ALIBI}),
+            # fa3: flashinfer/utils.py is_fa3_backend_supported() takes no positional encoding (ALiBi) and an fp8
+            # cache only with fp8 queries (FlashInfer PR #2536); measured on an H100 (session 12): its sm90 module
+            # for f16 queries over an e4m3 cache fails to build (nvcc, batch_prefill_ragged_sm90_kernel_mask_0.cu).
+            features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT}
+                               | (set() if fa3 else {Feature.ALIBI})),
             # FlashInfer's bias is slope * (k - q) (signed); equal to symmetric under its causal decoder mask.
             alibi_conventions=frozenset({AlibiConvention.SIGNED}), alibi_standard_slopes=True,
             # Decoders only: in cross attention FlashInfer places queries bottom-right, a per-row offset the
             # oracle's top-left cross-attention positions do not have (declared, so never drawn there).
             alibi_attn_types=frozenset({AttentionType.DECODER}),
-            kv_layouts=frozenset(LAYOUT), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
+            kv_layouts=frozenset(LAYOUT), kv_cache_dtypes=frozenset(
+                {KVCacheDType.AUTO} if fa3 else {KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
             block_sizes=(1, 8, 16, 32, 64), max_query_len=1 if decode else None, lse_base=LseBase.TWO,
             requires_cache=True, reads_paged_cache=True)
 
