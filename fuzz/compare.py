@@ -13,6 +13,7 @@ kernel's device (measured in benchmarks/results/). Larger cases run the oracle b
 from __future__ import annotations
 
 import json
+import re
 import time
 import traceback
 from dataclasses import dataclass, replace
@@ -77,6 +78,23 @@ def base_row(backend: Backend, case: Case) -> dict[str, Any]:
     }
 
 
+_ERROR_LINE = re.compile(r"\berrors?\b|\bfatal\b", re.IGNORECASE)
+
+
+def crash_message(e: BaseException, limit: int = 2000) -> str:
+    """The kernel's exception as the row's message, at most `limit` characters. A longer one keeps its head and
+    then its lines that name an error: a JIT build log (FlashInfer's Ninja output) has the compiler's errors
+    in its middle, which neither a plain cut nor the traceback's tail kept (session 12)."""
+    text = f"{type(e).__name__}: {e}"
+    if len(text) <= limit:
+        return text
+    errors = [line.strip() for line in text.splitlines()[1:] if _ERROR_LINE.search(line) and len(line) < 600]
+    tail = " | ".join(dict.fromkeys(errors))
+    if not tail:
+        return text[:limit]
+    return (text[:max(limit // 3, limit - len(tail) - 5)] + " ... " + tail)[:limit]
+
+
 def evaluate(backend: Backend, case: Case, device: str | None = None, check_blind: bool = True,
              oracle_cpu_max: int = ORACLE_CPU_MAX, base: dict[str, Any] | None = None) -> Evaluation:
     """Run `case` on `backend` and judge it against the oracle. Never raises for kernel errors.
@@ -108,7 +126,7 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
                    declaration_bug=True, kernel_s=time.perf_counter() - t2)
         return Evaluation(row, oracle_inputs, expected)
     except Exception as e:  # the kernel's error is a finding, not the harness's
-        row.update(verdict=Verdict.CRASH.value, message=f"{type(e).__name__}: {e}"[:2000], symptom="crash",
+        row.update(verdict=Verdict.CRASH.value, message=crash_message(e), symptom="crash",
                    traceback=traceback.format_exc()[-4000:], kernel_s=time.perf_counter() - t2)
         return Evaluation(row, oracle_inputs, expected)
     t3 = time.perf_counter()
@@ -117,8 +135,8 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         row["compile_s"] = actual.notes["first_call_s"]
     if actual.notes:
         row["notes"] = json.dumps(actual.notes, default=str)
-    if actual.written_cache is not None and case.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
-        # int4 writers may flip codes at rounding ties (judge_int4_write bounds them): the attention the
+    if actual.written_cache is not None and case.kv_cache_dtype.is_per_token_head:
+        # per-token-head writers may flip codes at rounding ties (judge_cache_write bounds them): the attention the
         # kernel computed is judged over the codes it wrote, not over the oracle's
         over_written = to_device(replace(kernel_inputs, cache=actual.written_cache), odev)
         expected = attention(over_written)

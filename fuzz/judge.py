@@ -182,6 +182,8 @@ def judge_cache_write(expected_cache, written) -> list[Symptom]:
     untouched slots included) and the scale caches must be equal (int4: see `judge_int4_write`)."""
     if expected_cache.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
         return judge_int4_write(expected_cache, written)
+    if expected_cache.kv_cache_dtype in TOKEN_HEAD_STEP:
+        return judge_token_head_write(expected_cache, written)
     out = []
     pairs = list(zip(expected_cache.paged.tensors, written.paged.tensors))
     written_scales = written.scale_caches
@@ -238,4 +240,51 @@ def judge_int4_write(expected_cache, written) -> list[Symptom]:
         return [Symptom(Verdict.CONTRACT, "cache-write", f"the written int4 cache decodes more than {TIE_QUANTA} "
                                                          f"quanta from the oracle's at {bad_total} elements (first at "
                                                          f"{first}, worst {worst:.3g} quanta)")]
+    return []
+
+
+# One code step of a per-token-head format at code c (in code units): int8 1; fp8 e4m3 2^(floor(log2|c|) - 3),
+# its subnormal step 2^-9 at the bottom.
+TOKEN_HEAD_STEP = {
+    KVCacheDType.INT8_PER_TOKEN_HEAD: lambda c: torch.ones_like(c),
+    KVCacheDType.FP8_PER_TOKEN_HEAD: lambda c: torch.ldexp(torch.ones_like(c), torch.frexp(c)[1] - 4).clamp(min=2.0 ** -9),
+}
+SCALE_RTOL = 2.0 ** -20  # a float32 scale computed another way (a reciprocal, fused multiply): a few ulps
+
+
+def judge_token_head_write(expected_cache, written) -> list[Symptom]:
+    """fp8 / int8 per-token-head writers compute scale = amax / QMAX in float32 their own way (vLLM's is a few
+    ulps off the correctly rounded quotient: session 6; 3,886 of 4,317 fp8 writes failed a byte-for-byte check
+    in session 12), so a code may flip where x / scale sits on a rounding tie. Where bytes differ, each scale
+    must be within SCALE_RTOL of the oracle's and each dequantized element, code * scale, within one code step;
+    slots the oracle left untouched (canaries, NaN scales) must stay byte-identical. A wrong scale rule,
+    rounding mode or slot moves elements by many steps."""
+    step_of = TOKEN_HEAD_STEP[expected_cache.kv_cache_dtype]
+    bad_total, first, worst = 0, None, 0.0
+    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), "k_token_scales"),
+             (expected_cache.paged.value_view(), written.paged.value_view(), "v_token_scales"))
+    for want_codes, got_codes, name in pairs:
+        want_scale = getattr(expected_cache, name).detach().cpu().double()
+        got_scale = written.scale_caches[name].detach().cpu().double()
+        if want_codes.shape != got_codes.shape or want_scale.shape != got_scale.shape:
+            return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got_codes.shape)}, "
+                                                             f"expected {tuple(want_codes.shape)}")]
+        # [..., D] per scale (the V0 key view splits D in two)
+        want_codes, got_codes = (c.detach().cpu().reshape(*want_scale.shape, -1) for c in (want_codes, got_codes))
+        wc, gc = want_codes.double(), got_codes.double()
+        steps = torch.maximum(step_of(wc), step_of(gc)) * torch.maximum(want_scale, got_scale)[..., None]
+        off = (wc * want_scale[..., None] - gc * got_scale[..., None]).abs() / steps
+        scale_ok = (want_scale - got_scale).abs() <= SCALE_RTOL * want_scale.abs()
+        same = want_codes.view(torch.uint8) == got_codes.view(torch.uint8)
+        same &= (want_scale == got_scale)[..., None] | (want_scale.isnan() & got_scale.isnan())[..., None]
+        bad = ~same & ~((off <= 1.0 + 1e-9) & scale_ok[..., None])  # NaN anywhere in a changed element is bad
+        if bool(bad.any()):
+            bad_total += int(bad.sum())
+            worst = max(worst, float(off[bad].nan_to_num(float("inf")).max()))
+            first = first or tuple(int(x) for x in bad.nonzero()[0])
+    if bad_total:
+        return [Symptom(Verdict.CONTRACT, "cache-write", f"the written cache decodes more than one code step (or a "
+                                                         f"scale more than {SCALE_RTOL:.2g} relative) from the "
+                                                         f"oracle's at {bad_total} elements (first at {first}, worst "
+                                                         f"{worst:.3g} steps)")]
     return []

@@ -190,3 +190,56 @@ def test_an_int4_cache_write_may_flip_a_tie_but_not_move_a_code_further():
     free = torch.isnan(stray.k_token_scales).nonzero()[0]
     stray.k_token_scales[tuple(free)] = 1.0
     assert [s.kind for s in judge_int4_write(want, stray)] == ["cache-write"]
+
+
+def test_a_crash_row_keeps_the_compiler_errors_from_the_middle_of_a_long_build_log():
+    """FlashInfer's 'Ninja build failed' message is a build log: its nvcc errors sit between kilobytes of
+    command lines, and a plain 2,000-character cut (session 12) lost them."""
+    from fuzz.compare import crash_message
+
+    command = "[3/11] /usr/local/cuda/bin/nvcc -c kernel_mask_0.cu " + "-Iinclude " * 120
+    log = "\n".join(["Ninja build failed. Ninja output:", *[command] * 6,
+                     'kernel_mask_0.cu(7): error: no instance of function template "run" matches the argument list',
+                     '3 errors detected in the compilation of "kernel_mask_0.cu".', *[command] * 4,
+                     "ninja: build stopped: subcommand failed."])
+    message = crash_message(RuntimeError(log))
+    assert message.startswith("RuntimeError: Ninja build failed.") and len(message) <= 2000
+    assert "error: no instance of function template" in message and "3 errors detected" in message
+    assert crash_message(ValueError("short")) == "ValueError: short"
+    assert len(crash_message(RuntimeError("x" * 5000))) == 2000  # no error line: the head alone
+
+
+@pytest.mark.parametrize("kvd", [r.KVCacheDType.FP8_PER_TOKEN_HEAD, r.KVCacheDType.INT8_PER_TOKEN_HEAD])
+def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_not_move_a_code_further(kvd):
+    """vLLM's writer computes amax / QMAX a few ulps off the correctly rounded quotient (session 6): 90 % of its
+    fp8 writes failed a byte-for-byte check (session 12). A scale some ulps off and a code one step off are
+    that; a scale 1 % off, a code two steps off or a write into an untouched slot is a broken writer."""
+    from fuzz.judge import judge_cache_write
+
+    case = r.Case(sequences=(r.SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
+                  dtype=r.DType.BFLOAT16, cache=r.CacheSpec(block_size=4, padding_slots=2, quant=r.Quant(kv_cache_dtype=kvd)),
+                  seed=5)
+    want = r.materialize(case).cache
+    assert judge_cache_write(want, want.clone()) == []
+    touched = tuple((~torch.isnan(want.v_token_scales)).nonzero()[0])
+    def raw(c):  # the codes of one (token, head) as integers: fp8 bytes count steps within a sign
+        codes = c.paged.value_view()[touched]
+        return codes.view(torch.uint8) if kvd == r.KVCacheDType.FP8_PER_TOKEN_HEAD else codes
+
+    nudged = want.clone()
+    nudged.v_token_scales[touched] *= 1 + 2.0 ** -23  # a few ulps
+    code = raw(nudged)
+    i = int(code.to(torch.int16).argmax())
+    code[i] = code[i] - 1  # the largest code (byte) one step down
+    assert judge_cache_write(want, nudged) == []
+    far = want.clone()
+    code = raw(far)
+    code[i] = code[i] - 3
+    assert [s.kind for s in judge_cache_write(want, far)] == ["cache-write"]
+    scaled = want.clone()
+    scaled.v_token_scales[touched] *= 1.01
+    assert [s.kind for s in judge_cache_write(want, scaled)] == ["cache-write"]
+    stray = want.clone()
+    free = tuple(torch.isnan(stray.v_token_scales).nonzero()[0])
+    stray.v_token_scales[free] = 1.0
+    assert [s.kind for s in judge_cache_write(want, stray)] == ["cache-write"]
