@@ -217,30 +217,37 @@ def judge_int4_write(expected_cache, written) -> list[Symptom]:
     elements by many quanta."""
     from reference import int4
 
+    def quanta_off(want_codes, got_codes, want_stored, got_stored):
+        w, g = int4.dequantize(want_codes, want_stored), int4.dequantize(got_codes, got_stored)
+        quantum = torch.maximum(int4.split_scale(want_stored)[0], int4.split_scale(got_stored)[0]).double()
+        quanta = (w - g).abs() / quantum[..., None]
+        touched = ~torch.isnan(w) | ~torch.isnan(g)
+        return touched & ~(quanta <= TIE_QUANTA), quanta  # NaN on one side only is bad too
+
+    return _judge_elements(expected_cache, written, quanta_off,
+                           lambda n, first, worst: f"the written int4 cache decodes more than {TIE_QUANTA} quanta from "
+                                                   f"the oracle's at {n} elements (first at {first}, worst {worst:.3g} quanta)")
+
+
+def _judge_elements(expected_cache, written, compare, describe) -> list[Symptom]:
+    """A per-token-head cache write judged element by element: `compare(want codes, got codes, want scales, got
+    scales) -> (bad mask, distance)` over the keys and the values with their scale caches; one cache-write
+    symptom worded by `describe(bad elements, first bad index, worst distance)`."""
     bad_total, first, worst = 0, None, 0.0
     pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), "k_token_scales"),
              (expected_cache.paged.value_view(), written.paged.value_view(), "v_token_scales"))
     for want_codes, got_codes, name in pairs:
-        want_stored = getattr(expected_cache, name).detach().cpu()
-        got_stored = written.scale_caches[name].detach().cpu()
-        if want_codes.shape != got_codes.shape or want_stored.shape != got_stored.shape:
+        want_scales = getattr(expected_cache, name).detach().cpu()
+        got_scales = written.scale_caches[name].detach().cpu()
+        if want_codes.shape != got_codes.shape or want_scales.shape != got_scales.shape:
             return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got_codes.shape)}, "
                                                              f"expected {tuple(want_codes.shape)}")]
-        w = int4.dequantize(want_codes.detach().cpu(), want_stored)
-        g = int4.dequantize(got_codes.detach().cpu(), got_stored)
-        quantum = torch.maximum(int4.split_scale(want_stored)[0], int4.split_scale(got_stored)[0]).double()
-        quanta = (w - g).abs() / quantum[..., None]
-        touched = ~torch.isnan(w) | ~torch.isnan(g)
-        bad = touched & ~(quanta <= TIE_QUANTA)  # NaN on one side only is bad too
+        bad, distance = compare(want_codes.detach().cpu(), got_codes.detach().cpu(), want_scales, got_scales)
         if bool(bad.any()):
             bad_total += int(bad.sum())
-            worst = max(worst, float(quanta[bad].nan_to_num(float("inf")).max()))
+            worst = max(worst, float(distance[bad].nan_to_num(float("inf")).max()))
             first = first or tuple(int(x) for x in bad.nonzero()[0])
-    if bad_total:
-        return [Symptom(Verdict.CONTRACT, "cache-write", f"the written int4 cache decodes more than {TIE_QUANTA} "
-                                                         f"quanta from the oracle's at {bad_total} elements (first at "
-                                                         f"{first}, worst {worst:.3g} quanta)")]
-    return []
+    return [Symptom(Verdict.CONTRACT, "cache-write", describe(bad_total, first, worst))] if bad_total else []
 
 
 # One code step of a per-token-head format at code c (in code units): int8 1; fp8 e4m3 2^(floor(log2|c|) - 3),
@@ -260,31 +267,20 @@ def judge_token_head_write(expected_cache, written) -> list[Symptom]:
     slots the oracle left untouched (canaries, NaN scales) must stay byte-identical. A wrong scale rule,
     rounding mode or slot moves elements by many steps."""
     step_of = TOKEN_HEAD_STEP[expected_cache.kv_cache_dtype]
-    bad_total, first, worst = 0, None, 0.0
-    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), "k_token_scales"),
-             (expected_cache.paged.value_view(), written.paged.value_view(), "v_token_scales"))
-    for want_codes, got_codes, name in pairs:
-        want_scale = getattr(expected_cache, name).detach().cpu().double()
-        got_scale = written.scale_caches[name].detach().cpu().double()
-        if want_codes.shape != got_codes.shape or want_scale.shape != got_scale.shape:
-            return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got_codes.shape)}, "
-                                                             f"expected {tuple(want_codes.shape)}")]
+
+    def steps_off(want_codes, got_codes, want_scale, got_scale):
         # [..., D] per scale (the V0 key view splits D in two)
-        want_codes, got_codes = (c.detach().cpu().reshape(*want_scale.shape, -1) for c in (want_codes, got_codes))
+        want_codes, got_codes = (c.reshape(*want_scale.shape, -1) for c in (want_codes, got_codes))
+        want_scale, got_scale = want_scale.double(), got_scale.double()
         wc, gc = want_codes.double(), got_codes.double()
         steps = torch.maximum(step_of(wc), step_of(gc)) * torch.maximum(want_scale, got_scale)[..., None]
         off = (wc * want_scale[..., None] - gc * got_scale[..., None]).abs() / steps
         scale_ok = (want_scale - got_scale).abs() <= SCALE_RTOL * want_scale.abs()
         same = want_codes.view(torch.uint8) == got_codes.view(torch.uint8)
         same &= (want_scale == got_scale)[..., None] | (want_scale.isnan() & got_scale.isnan())[..., None]
-        bad = ~same & ~((off <= 1.0 + 1e-9) & scale_ok[..., None])  # NaN anywhere in a changed element is bad
-        if bool(bad.any()):
-            bad_total += int(bad.sum())
-            worst = max(worst, float(off[bad].nan_to_num(float("inf")).max()))
-            first = first or tuple(int(x) for x in bad.nonzero()[0])
-    if bad_total:
-        return [Symptom(Verdict.CONTRACT, "cache-write", f"the written cache decodes more than one code step (or a "
-                                                         f"scale more than {SCALE_RTOL:.2g} relative) from the "
-                                                         f"oracle's at {bad_total} elements (first at {first}, worst "
-                                                         f"{worst:.3g} steps)")]
-    return []
+        return ~same & ~((off <= 1.0 + 1e-9) & scale_ok[..., None]), off  # NaN in a changed element is bad
+
+    return _judge_elements(expected_cache, written, steps_off,
+                           lambda n, first, worst: f"the written cache decodes more than one code step (or a scale "
+                                                   f"more than {SCALE_RTOL:.2g} relative) from the oracle's at {n} "
+                                                   f"elements (first at {first}, worst {worst:.3g} steps)")
