@@ -257,15 +257,19 @@ TOKEN_HEAD_STEP = {
     KVCacheDType.FP8_PER_TOKEN_HEAD: lambda c: torch.ldexp(torch.ones_like(c), torch.frexp(c)[1] - 4).clamp(min=2.0 ** -9),
 }
 SCALE_RTOL = 2.0 ** -20  # a float32 scale computed another way (a reciprocal, fused multiply): a few ulps
+# Codes one step off are ties flipped by those ulps: about 1e-4 of the elements. Far more is a rounding rule
+# (truncation, round toward zero), which moves half of them.
+TIE_SHARE = 0.01
 
 
 def judge_token_head_write(expected_cache, written) -> list[Symptom]:
     """fp8 / int8 per-token-head writers compute scale = amax / QMAX in float32 their own way (vLLM's is a few
     ulps off the correctly rounded quotient: session 6; 3,886 of 4,317 fp8 writes failed a byte-for-byte check
     in session 12), so a code may flip where x / scale sits on a rounding tie. Where bytes differ, each scale
-    must be within SCALE_RTOL of the oracle's and each dequantized element, code * scale, within one code step;
-    slots the oracle left untouched (canaries, NaN scales) must stay byte-identical. A wrong scale rule,
-    rounding mode or slot moves elements by many steps."""
+    must be within SCALE_RTOL of the oracle's and each dequantized element, code * scale, within one code step,
+    with at most TIE_SHARE of the written codes off at all; slots the oracle left untouched (canaries, NaN
+    scales) must stay byte-identical. A wrong scale rule or slot moves elements by many steps, a wrong rounding
+    rule moves many by one."""
     step_of = TOKEN_HEAD_STEP[expected_cache.kv_cache_dtype]
 
     def steps_off(want_codes, got_codes, want_scale, got_scale):
@@ -278,9 +282,14 @@ def judge_token_head_write(expected_cache, written) -> list[Symptom]:
         scale_ok = (want_scale - got_scale).abs() <= SCALE_RTOL * want_scale.abs()
         same = want_codes.view(torch.uint8) == got_codes.view(torch.uint8)
         same &= (want_scale == got_scale)[..., None] | (want_scale.isnan() & got_scale.isnan())[..., None]
-        return ~same & ~((off <= 1.0 + 1e-9) & scale_ok[..., None]), off  # NaN in a changed element is bad
+        bad = ~same & ~((off <= 1.0 + 1e-9) & scale_ok[..., None])  # NaN in a changed element is bad
+        moved = ~same & (off > 0.5)  # a code one step off (the rest: scales a few ulps apart)
+        if int(moved.sum()) > max(2, TIE_SHARE * int((~want_scale.isnan()).sum()) * want_codes.shape[-1]):
+            bad |= moved
+        return bad, off
 
     return _judge_elements(expected_cache, written, steps_off,
-                           lambda n, first, worst: f"the written cache decodes more than one code step (or a scale "
-                                                   f"more than {SCALE_RTOL:.2g} relative) from the oracle's at {n} "
-                                                   f"elements (first at {first}, worst {worst:.3g} steps)")
+                           lambda n, first, worst: f"the written cache decodes more than one code step (a scale more "
+                                                   f"than {SCALE_RTOL:.2g} relative, or over {TIE_SHARE:.0%} of the "
+                                                   f"codes one step) from the oracle's at {n} elements (first at "
+                                                   f"{first}, worst {worst:.3g} steps)")

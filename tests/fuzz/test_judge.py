@@ -213,7 +213,8 @@ def test_a_crash_row_keeps_the_compiler_errors_from_the_middle_of_a_long_build_l
 def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_not_move_a_code_further(kvd):
     """vLLM's writer computes amax / QMAX a few ulps off the correctly rounded quotient (session 6): 90 % of its
     fp8 writes failed a byte-for-byte check (session 12). A scale some ulps off and a code one step off are
-    that; a scale 1 % off, a code two steps off or a write into an untouched slot is a broken writer."""
+    that; a scale 1 % off, a code three steps off, every code one step toward zero (truncation) or a write
+    into an untouched slot is a broken writer."""
     from fuzz.judge import judge_cache_write
 
     case = r.Case(sequences=(r.SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
@@ -236,6 +237,13 @@ def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_not_move_
     code = raw(far)
     code[i] = code[i] - 3
     assert [s.kind for s in judge_cache_write(want, far)] == ["cache-write"]
+    truncated = want.clone()  # every positive code one step toward zero: a rounding rule, not ties
+    codes = truncated.paged.value_view()
+    raw_codes = codes.view(torch.uint8) if kvd == r.KVCacheDType.FP8_PER_TOKEN_HEAD else codes
+    written = ~torch.isnan(truncated.v_token_scales)[..., None].expand_as(codes)
+    positive = written & (codes.float() > 1)
+    raw_codes[positive] -= 1
+    assert [s.kind for s in judge_cache_write(want, truncated)] == ["cache-write"]
     scaled = want.clone()
     scaled.v_token_scales[touched] *= 1.01
     assert [s.kind for s in judge_cache_write(want, scaled)] == ["cache-write"]
