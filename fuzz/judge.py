@@ -179,7 +179,8 @@ def judge_lse(row: dict[str, Any], declared_empty: float, expected: Expected, ba
 
 def judge_cache_write(expected_cache, written) -> list[Symptom]:
     """The kernel's cache writer against the oracle's `write_kv`: every byte of the pool (canaries in
-    untouched slots included) and the scale caches must be equal (int4: see `judge_int4_write`)."""
+    untouched slots included) and the scale caches must be equal (per-token-head caches: see
+    `judge_int4_write` and `judge_token_head_write`)."""
     if expected_cache.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
         return judge_int4_write(expected_cache, written)
     if expected_cache.kv_cache_dtype in TOKEN_HEAD_STEP:
@@ -257,8 +258,8 @@ TOKEN_HEAD_STEP = {
     KVCacheDType.FP8_PER_TOKEN_HEAD: lambda c: torch.ldexp(torch.ones_like(c), torch.frexp(c)[1] - 4).clamp(min=2.0 ** -9),
 }
 SCALE_RTOL = 2.0 ** -20  # a float32 scale computed another way (a reciprocal, fused multiply): a few ulps
-# Codes one step off are ties flipped by those ulps: about 1e-4 of the elements. Far more is a rounding rule
-# (truncation, round toward zero), which moves half of them.
+# Codes one step off are ties flipped by those ulps: 4e-7 of int8 codes in a CPU model of vLLM's rule (amax / QMAX,
+# then x * (1 / scale)). Far more is a rounding rule (truncation, round toward zero), which moves half of them.
 TIE_SHARE = 0.01
 
 

@@ -140,8 +140,8 @@ def compile_slices(caps: Capabilities, limits: Limits, per: tuple[str, ...],
 
 def _covering_first(slices: list[tuple[Limits, frozenset]]) -> list[Limits]:
     """Greedy set cover, then the rest in product order: each next slice is the earliest one that adds the
-    most (field, value) pairs no slice before it has. In product order an sm90 FlashInfer campaign that
-    built 8 modules drew one dtype and head size only; covering first, 3-4 slices draw every value."""
+    most (field, value) pairs no slice before it has. In product order the first 16 of flashinfer-prefill-fa3's
+    288 slices were all bfloat16 / head 64 / 16-bit cache; covering first, its first 3 draw every value."""
     ordered, seen, rest = [], set(), list(slices)
     while rest:
         best = max(range(len(rest)), key=lambda i: (len(rest[i][1] - seen), -i))
