@@ -36,6 +36,7 @@ case $cmd in
     for l in /tmp/bg-*-out/campaign.log; do [ -e "$l" ] && { echo "== $l"; tail -n 4 "$l"; }; done ;;
   pack)
     name=${1:?NAME}; shift
+    : "${OUT:?export OUT first (the device sets it; gpu-campaign.sh writes elsewhere without it)}"
     pid=$(cat "/tmp/bg-$name.pid" 2>/dev/null)
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid"  # the script first, so that it starts no further part
