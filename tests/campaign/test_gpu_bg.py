@@ -20,6 +20,9 @@ def name():
     """The campaign's name: gpu-bg.sh keeps its pid, log and links as /tmp/bg-NAME*, removed afterwards."""
     name = f"t{os.getpid()}"
     yield name
+    pid = Path(f"/tmp/bg-{name}.pid")
+    if pid.exists():  # a failed test must not leave its campaign running
+        subprocess.run(["pkill", "-KILL", "-s", pid.read_text().strip()], capture_output=True)
     for leftover in Path("/tmp").glob(f"bg-{name}*"):
         shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
 
