@@ -10,7 +10,7 @@
 #                                                     then $OUT/NAME-results.tar.xz and $OUT/NAME-log.txt
 set -uo pipefail
 cmd=${1:?start, hold or pack}; shift
-progress() {  # one line: seconds, rows per started campaign, running nvcc / ptxas processes
+progress() {  # one line: UTC time, rows per started campaign, running nvcc / cicc / ptxas processes
   local line="$(date -u +%H:%M:%S)"
   for p in /tmp/bg-*.pid; do
     [ -e "$p" ] || continue
