@@ -47,6 +47,7 @@ PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -m cli backends -v > "$OUT/backends.txt
 PYTHONPATH=$BASE:/tmp/site-xf python3 -m cli backends | grep xformers >> "$OUT/backends.txt" 2>&1
 FOCUS_JIT=${FOCUS_JIT:-'{"dtypes": ["bfloat16"], "head_sizes": [128], "kv_cache_dtypes": ["auto", "fp8_e4m3"]}'}
 FOCUS_MLA=${FOCUS_MLA:-'{"dtypes": ["bfloat16"], "head_sizes": [576, 192]}'}
+FOCUS_VLLMJIT=${FOCUS_VLLMJIT:-'{"dtypes": ["bfloat16"], "head_sizes": [128]}'}
 for g in $PARTS; do
   case $g in
     fa4) run "${PYTHONPATH:-}" "${TIME_FA4:-100}" $(avail "${PYTHONPATH:-}" '^fa4-') ;;
@@ -83,7 +84,7 @@ for g in $PARTS; do
       LIMITS="$FOCUS_MLA" \
         run "${PYTHONPATH:-}" "${TIME_FITOPMLA:-0}" $(avail "${PYTHONPATH:-}" '^flashinfer-mla-') ;;
     vllmjit)  # #19: vLLM's Triton kernels (JIT-bound) in one dtype and head size, compile slices over the rest
-      LIMITS="${FOCUS_VLLMJIT:-{\"dtypes\": [\"bfloat16\"], \"head_sizes\": [128]\}}" FUZZ_ARGS="--compile-slices" \
+      LIMITS="$FOCUS_VLLMJIT" FUZZ_ARGS="--compile-slices" \
         run "${PYTHONPATH:-}" "${TIME_VLLMJIT:-300}" \
         $(avail "${PYTHONPATH:-}" "${VLLMJIT_RE:-^vllm-(triton-unified|triton-decode|prefix-prefill|chunked-paged-decode|pth-writes-cache)$}") ;;
     kernel)  # the raw-API region (#9): explicit causal flag and alignment, window pairs, q > k

@@ -223,26 +223,24 @@ def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_not_move_
     want = r.materialize(case).cache
     assert judge_cache_write(want, want.clone()) == []
     touched = tuple((~torch.isnan(want.v_token_scales)).nonzero()[0])
-    def raw(c):  # the codes of one (token, head) as integers: fp8 bytes count steps within a sign
-        codes = c.paged.value_view()[touched]
+    def raw(c):  # the value codes as integers (a view): fp8 bytes count steps within a sign
+        codes = c.paged.value_view()
         return codes.view(torch.uint8) if kvd == r.KVCacheDType.FP8_PER_TOKEN_HEAD else codes
 
     nudged = want.clone()
     nudged.v_token_scales[touched] *= 1 + 2.0 ** -23  # a few ulps
-    code = raw(nudged)
+    code = raw(nudged)[touched]
     i = int(code.to(torch.int16).argmax())
     code[i] = code[i] - 1  # the largest code (byte) one step down
     assert judge_cache_write(want, nudged) == []
     far = want.clone()
-    code = raw(far)
+    code = raw(far)[touched]
     code[i] = code[i] - 3
     assert [s.kind for s in judge_cache_write(want, far)] == ["cache-write"]
     truncated = want.clone()  # every positive code one step toward zero: a rounding rule, not ties
     codes = truncated.paged.value_view()
-    raw_codes = codes.view(torch.uint8) if kvd == r.KVCacheDType.FP8_PER_TOKEN_HEAD else codes
     written = ~torch.isnan(truncated.v_token_scales)[..., None].expand_as(codes)
-    positive = written & (codes.float() > 1)
-    raw_codes[positive] -= 1
+    raw(truncated)[written & (codes.float() > 1)] -= 1
     assert [s.kind for s in judge_cache_write(want, truncated)] == ["cache-write"]
     scaled = want.clone()
     scaled.v_token_scales[touched] *= 1.01
