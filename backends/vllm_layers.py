@@ -32,7 +32,7 @@ from functools import lru_cache
 import torch
 
 from reference.case import AlibiConvention, AttentionType, BlockTableKind, CausalAlignment, DType, KVCacheDType, KVLayout
-from reference.inputs import Inputs, slots_for
+from reference.inputs import Inputs, KVCache, slots_for
 
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
@@ -140,7 +140,7 @@ class LayerBackend(Backend):
             canary = float("nan") if nan_ok else 0
             physical = torch.full([shape[i] for i in order], canary, dtype=storage_dtype, device=dev)
             kv_cache = physical.permute(*[order.index(i) for i in range(len(order))])
-            self._write_context(impl, layer, kv_cache, inputs)
+            slots = self._write_context(impl, layer, kv_cache, inputs)
             impl.do_kv_cache_update(layer, inputs.key, inputs.value, kv_cache, inputs.slot_mapping.to(dev))
             spec = FullAttentionSpec(block_size=bs, num_kv_heads=case.num_kv_heads, head_size=case.head_size,
                                      dtype=storage_dtype if kvd != "auto" else case.dtype.torch,
@@ -165,10 +165,15 @@ class LayerBackend(Backend):
             impl.forward(layer, inputs.query, inputs.key[: case.num_tokens], inputs.value[: case.num_tokens],
                          kv_cache, metadata, output=buffer)
         notes = {"cascade_prefix": prefix} if prefix else {}
-        return Actual(output=buffer[: case.num_tokens], output_buffer=buffer, buffer_rows=case.num_tokens, notes=notes)
+        written = None
+        if case.kv_cache_dtype.is_per_token_head:  # the codes and scales vLLM wrote, judged and attended over
+            written = oracle_form_cache(inputs.cache_before_write, kv_cache, impl._k_scale_cache, impl._v_scale_cache,
+                                        torch.cat([slots, inputs.slot_mapping.cpu()]))
+        return Actual(output=buffer[: case.num_tokens], output_buffer=buffer, buffer_rows=case.num_tokens,
+                      written_cache=written, notes=notes)
 
-    def _write_context(self, impl, layer, kv_cache, inputs: Inputs) -> None:
-        """The cached context, stored by the backend's own writer (vLLM stored it in earlier steps)."""
+    def _write_context(self, impl, layer, kv_cache, inputs: Inputs) -> torch.Tensor:
+        """The cached context, stored by the backend's own writer (vLLM stored it in earlier steps); its slots."""
         case = inputs.case
         keys, values, slots = [], [], []
         for i, s in enumerate(case.sequences):
@@ -181,12 +186,34 @@ class LayerBackend(Backend):
             dev = inputs.device
             impl.do_kv_cache_update(layer, torch.cat(keys).to(dev), torch.cat(values).to(dev), kv_cache,
                                     torch.cat(slots).to(dev))
+        return torch.cat(slots).to(torch.int64) if slots else torch.zeros(0, dtype=torch.int64)
 
     def _common_prefix_len(self, case) -> int:
         """Cascade attention (FLASH_ATTN) over a shared prefix of whole blocks, when drawn."""
         if case.encoding("cascade", "off") != "on" or case.cache.table != BlockTableKind.SHARED_PREFIX:
             return 0
         return case.cache.prefix_blocks * case.cache.block_size
+
+
+def oracle_form_cache(template: KVCache, packed: torch.Tensor, k_scales: torch.Tensor, v_scales: torch.Tensor,
+                      slots: torch.Tensor) -> KVCache:
+    """TRITON_ATTN's per-token-head cache in the oracle's form. vLLM packs each (block, head, slot) as
+    [K codes | K scale | V codes | V scale], one float32 scale inline after each half's codes (logical
+    [nb, H_kv, bs, 2 * padded], `get_kv_cache_shape`), and reads the scales through float32 views
+    [nb, bs, H_kv] (`_ensure_scale_caches`). The written `slots` (-1 skipped) are copied byte for byte into
+    a clone of `template`, the oracle's cache before the write, so slots vLLM was not asked to write keep
+    the oracle's canaries and a code or scale vLLM left out shows as its zero or 1.0."""
+    written = template.clone()
+    keys, values = written.paged.key_view(), written.paged.value_view()
+    data, padded, bs = keys.shape[-1], packed.shape[-1] // 2, keys.shape[1]
+    canonical = packed.transpose(1, 2).view(torch.uint8)  # [nb, bs, H_kv, 2 * padded] bytes
+    slots = slots[slots >= 0].to(device=keys.device, dtype=torch.int64)
+    at = slots // bs, slots % bs
+    keys.view(torch.uint8)[at] = canonical[..., :data][at]
+    values.view(torch.uint8)[at] = canonical[..., padded: padded + data][at]
+    written.k_token_scales[at] = k_scales[at]
+    written.v_token_scales[at] = v_scales[at]
+    return written
 
 
 _BASE = Capabilities(
@@ -205,11 +232,11 @@ def vllm_layer_backends() -> list[Backend]:
         _BASE, head_sizes=(32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 256),
         features=_BASE.features | {Feature.ALIBI, Feature.PREFIX_LM, Feature.CHUNK_LOOKBACK},
         alibi_conventions=frozenset({AlibiConvention.SIGNED, AlibiConvention.SQRT}),
-        # int4_per_token_head is not declared: the impl writes the cache with vLLM's own int4 writer, whose
-        # codes flip at rounding ties (its rotation runs through bf16), and its inline-scale layout is not read
-        # back into the oracle's, so the attention cannot be judged over what it wrote (H100, 2026-11-23:
-        # 842 of 1,181 int4 cases over the oracle's codes). vllm-triton-unified and vllm-pth-writes-cache
-        # cover the int4 kernels.
+        # fp8 / int8 per-token-head writes are read back from the inline-scale layout (`oracle_form_cache`): the
+        # write is judged and the attention is judged over the codes vLLM wrote. int4_per_token_head is not
+        # declared: its writer's Hadamard kernel has a known defect (ledger: vllm-pth-writes-cache) and its
+        # attention drops chunk_lookback (session 9's repro), both covered by vllm-pth-writes-cache and
+        # vllm-triton-unified; here they would bury anything new under known rows.
         kv_cache_dtypes=frozenset(KV_DTYPE_STRINGS) - {KVCacheDType.INT4_PER_TOKEN_HEAD})
     flash = replace(_BASE, head_sizes=(64, 96, 128, 192, 256),
                     block_tables=frozenset(BlockTableKind),
