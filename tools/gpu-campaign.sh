@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run ON THE DEVICE (repo root), after tools/stage-wheels.sh calls and tools/gpu-setup.sh:
 #   PARTS="replay fa4 xformers flashinfer torch" TIME_FA4=100 ... bash tools/gpu-campaign.sh
-# FUZZ_ARGS adds `attnref fuzz` arguments to every part (a part may set its own).
+# FUZZ_ARGS adds `attnref fuzz` arguments to every part (a part may set its own); EXAMPLES caps each backend's
+# generated examples (a campaign whose backends all reach it ends early and frees the cores).
 # Fuzzes every available CUDA backend, grouped (JIT-heavy third-party libraries get their own time),
 # xformers in its own PYTHONPATH (see gpu-setup.sh), then builds the report and the throughput
 # table. Everything lands in $OUT (gpu-results.tar.xz, logs, summary; `attnref report` rebuilds the report).
@@ -23,7 +24,8 @@ run() {  # run ENV_PYTHONPATH SECONDS BACKENDS...
   [ "$secs" -le 10 ] && { echo "skipped $*: no time left in BUDGET" >> "$OUT/campaign.log"; return; }
   local args=""; for b in "$@"; do args="$args --backend $b"; done
   PYTHONPATH=$BASE:$path timeout $((secs + 60)) python3 -m cli fuzz $args --time "$secs" --workers "${WORKERS:-auto}" --quiet \
-    --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" ${FUZZ_ARGS:-} >> "$OUT/campaign.log" 2>&1
+    --example-timeout 240 --out "$RES" --resume --limits "${LIMITS:-{\}}" ${EXAMPLES:+--examples $EXAMPLES} ${FUZZ_ARGS:-} \
+    >> "$OUT/campaign.log" 2>&1
 }
 path_for() {  # path_for BACKEND: the PYTHONPATH its replay needs (xformers apart; vLLM's config code for some)
   case $1 in xformers-*) echo /tmp/site-xf ;; vllm-backend-*|vllm-fa4-*|vllm-fa3-cp) echo "${PYTHONPATH:-}:/tmp/vdeps" ;;
@@ -53,7 +55,7 @@ for g in $PARTS; do
     fa4) run "${PYTHONPATH:-}" "${TIME_FA4:-100}" $(avail "${PYTHONPATH:-}" '^fa4-') ;;
     flashinfer)  # every new dtype / head size / kv dtype is a JIT compile: fuzz a focused region
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_FLASHINFER:-300}" $(avail "${PYTHONPATH:-}" '^flashinfer-(decode|decode-tc|prefill-fa2)$') ;;
-    xformers) run /tmp/site-xf "${TIME_XFORMERS:-150}" $(avail /tmp/site-xf '^xformers-') ;;
+    xformers) run /tmp/site-xf "${TIME_XFORMERS:-150}" $(avail /tmp/site-xf "${XFORMERS_RE:-^xformers-}") ;;
     torch)
       run "${PYTHONPATH:-}" "${TIME_TORCH:-150}" $(avail "${PYTHONPATH:-}" '(-cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^torch-naive-paged$)' | grep -v '^flex-flash') ;;
     flexdecode)  # flex_attention with kernel_options BACKEND="TRITON_DECODE"
