@@ -9,7 +9,7 @@ import torch
 
 import reference as r
 from backends.vllm_layers import oracle_form_cache
-from fuzz.judge import judge_cache_write
+from fuzz.cache_write import judge_cache_write
 from reference.inputs import slots_for
 
 

@@ -171,7 +171,7 @@ def test_a_cache_writer_is_compared_bit_for_bit():
 def test_an_int4_cache_write_may_flip_a_tie_but_not_move_a_code_further():
     """int4 writers rotate in finite precision: one code one step off is a rounding tie; nibbles swapped,
     or a write into a slot the oracle left untouched, is a broken writer."""
-    from fuzz.judge import judge_int4_write
+    from fuzz.cache_write import judge_int4_write
 
     quant = r.Quant(kv_cache_dtype=r.KVCacheDType.INT4_PER_TOKEN_HEAD)
     case = r.Case(sequences=(r.SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
@@ -210,42 +210,51 @@ def test_a_crash_row_keeps_the_compiler_errors_from_the_middle_of_a_long_build_l
 
 
 @pytest.mark.parametrize("kvd", [r.KVCacheDType.FP8_PER_TOKEN_HEAD, r.KVCacheDType.INT8_PER_TOKEN_HEAD])
-def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_not_move_a_code_further(kvd):
+def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_nothing_else(kvd):
     """vLLM's writer computes amax / QMAX a few ulps off the correctly rounded quotient (session 6): 90 % of its
-    fp8 writes failed a byte-for-byte check (session 12). A scale some ulps off and a code one step off are
-    that; a scale 1 % off, a code three steps off, every code one step toward zero (truncation) or a write
-    into an untouched slot is a broken writer."""
-    from fuzz.judge import judge_cache_write
+    fp8 writes failed a byte-for-byte check (session 12), and a 1 % share bound on flipped codes still failed 3 of
+    2,258 (session 13). A scale some ulps off, and a code one step off where the exact quotient sits on the
+    midpoint, are that; the same flip away from a tie, a code three steps off, every code one step toward zero
+    (truncation), a scale 1 % off or a write into an untouched slot is a broken writer."""
+    from fuzz.cache_write import judge_cache_write, raw_by_slot
 
     case = r.Case(sequences=(r.SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
                   dtype=r.DType.BFLOAT16, cache=r.CacheSpec(block_size=4, padding_slots=2, quant=r.Quant(kv_cache_dtype=kvd)),
                   seed=5)
-    want = r.materialize(case).cache
-    assert judge_cache_write(want, want.clone()) == []
+    inputs = r.materialize(case)
+    want, raw = inputs.cache, raw_by_slot(inputs)
+    assert judge_cache_write(want, want.clone(), raw) == []
     touched = tuple((~torch.isnan(want.v_token_scales)).nonzero()[0])
-    def raw(c):  # the value codes as integers (a view): fp8 bytes count steps within a sign
+    def raw_codes(c):  # the value codes as integers (a view): fp8 bytes count steps within a sign
         codes = c.paged.value_view()
         return codes.view(torch.uint8) if kvd == r.KVCacheDType.FP8_PER_TOKEN_HEAD else codes
 
     nudged = want.clone()
     nudged.v_token_scales[touched] *= 1 + 2.0 ** -23  # a few ulps
-    code = raw(nudged)[touched]
+    assert judge_cache_write(want, nudged, raw) == []
+    flipped = want.clone()
+    code = raw_codes(flipped)[touched]
     i = int(code.to(torch.int16).argmax())
     code[i] = code[i] - 1  # the largest code (byte) one step down
-    assert judge_cache_write(want, nudged) == []
+    assert [s.kind for s in judge_cache_write(want, flipped, raw)] == ["cache-write"]  # its quotient is no tie
+    on_tie = (raw[0], raw[1].clone())
+    midpoint = (want.paged.value_view()[touched][i].double() + flipped.paged.value_view()[touched][i].double()) / 2
+    on_tie[1][touched][i] = midpoint * want.v_token_scales[touched].double()
+    assert judge_cache_write(want, flipped, on_tie) == []
+    assert [s.kind for s in judge_cache_write(want, flipped)] == ["cache-write"]  # no raw values: no tie to allow
     far = want.clone()
-    code = raw(far)[touched]
+    code = raw_codes(far)[touched]
     code[i] = code[i] - 3
-    assert [s.kind for s in judge_cache_write(want, far)] == ["cache-write"]
+    assert [s.kind for s in judge_cache_write(want, far, on_tie)] == ["cache-write"]
     truncated = want.clone()  # every positive code one step toward zero: a rounding rule, not ties
     codes = truncated.paged.value_view()
     written = ~torch.isnan(truncated.v_token_scales)[..., None].expand_as(codes)
-    raw(truncated)[written & (codes.float() > 1)] -= 1
-    assert [s.kind for s in judge_cache_write(want, truncated)] == ["cache-write"]
+    raw_codes(truncated)[written & (codes.float() > 1)] -= 1
+    assert [s.kind for s in judge_cache_write(want, truncated, raw)] == ["cache-write"]
     scaled = want.clone()
     scaled.v_token_scales[touched] *= 1.01
-    assert [s.kind for s in judge_cache_write(want, scaled)] == ["cache-write"]
+    assert [s.kind for s in judge_cache_write(want, scaled, raw)] == ["cache-write"]
     stray = want.clone()
     free = tuple(torch.isnan(stray.v_token_scales).nonzero()[0])
     stray.v_token_scales[free] = 1.0
-    assert [s.kind for s in judge_cache_write(want, stray)] == ["cache-write"]
+    assert [s.kind for s in judge_cache_write(want, stray, raw)] == ["cache-write"]

@@ -1,0 +1,155 @@
+"""The cache a kernel wrote, judged against the oracle's `write_kv`: byte for byte, or for per-token-head formats
+element by element, where a code may differ only at a rounding tie of the exact quotient."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from reference.case import KVCacheDType
+from reference.inputs import Inputs, slots_for
+
+from .verdicts import Symptom, Verdict
+
+
+def judge_cache_write(expected_cache, written, raw: tuple[Tensor, Tensor] | None = None) -> list[Symptom]:
+    """The kernel's cache writer against the oracle's `write_kv`: every byte of the pool (canaries in
+    untouched slots included) and the scale caches must be equal (per-token-head caches: see
+    `judge_int4_write` and `judge_token_head_write`, which reads the unquantized `raw_by_slot`)."""
+    if expected_cache.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
+        return judge_int4_write(expected_cache, written)
+    if expected_cache.kv_cache_dtype in TOKEN_HEAD_STEP:
+        return judge_token_head_write(expected_cache, written, raw)
+    out = []
+    pairs = list(zip(expected_cache.paged.tensors, written.paged.tensors))
+    written_scales = written.scale_caches
+    pairs += [(want, written_scales[name]) for name, want in expected_cache.scale_caches.items() if name in written_scales]
+    differ, first = 0, None
+    for want, got in pairs:
+        w = want.detach().cpu().contiguous().view(torch.uint8)
+        g = got.detach().cpu().contiguous().view(torch.uint8)
+        if w.shape != g.shape:
+            return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got.shape)}, expected {tuple(want.shape)}")]
+        bad = w != g
+        if bool(bad.any()):
+            differ += int(bad.sum())
+            if first is None:
+                first = tuple(int(x) for x in bad.nonzero()[0])
+    if differ:
+        out.append(Symptom(Verdict.CONTRACT, "cache-write",
+                           f"the written cache differs from the oracle's in {differ} bytes (first at index {first})"))
+    return out
+
+
+TIE_QUANTA = 1.5  # a code flip (1) or a zero point flip pushing the extreme code into the clamp (1.5)
+
+
+def judge_int4_write(expected_cache, written) -> list[Symptom]:
+    """int4 writers rotate in finite precision (vLLM's in fp32, or bf16 through its Hadamard kernel), so a
+    code may flip where the exact rotation sits on a rounding tie, and a zero point on a tie moves the
+    extreme element's code into the clamp: each dequantized element in the rotated domain,
+    (n - zero point) * scale, must be within 1.5 quanta of the oracle's; untouched slots (NaN or finite
+    canary scales) must stay untouched. A wrong sign vector, nibble order, zero point or scale moves
+    elements by many quanta."""
+    from reference import int4
+
+    def quanta_off(want_codes, got_codes, want_stored, got_stored, raw):
+        w, g = int4.dequantize(want_codes, want_stored), int4.dequantize(got_codes, got_stored)
+        quantum = torch.maximum(int4.split_scale(want_stored)[0], int4.split_scale(got_stored)[0]).double()
+        quanta = (w - g).abs() / quantum[..., None]
+        touched = ~torch.isnan(w) | ~torch.isnan(g)
+        return touched & ~(quanta <= TIE_QUANTA), quanta  # NaN on one side only is bad too
+
+    return _judge_elements(expected_cache, written, quanta_off,
+                           lambda n, first, worst: f"the written int4 cache decodes more than {TIE_QUANTA} quanta from "
+                                                   f"the oracle's at {n} elements (first at {first}, worst {worst:.3g} quanta)")
+
+
+def _judge_elements(expected_cache, written, compare, describe, raw=None) -> list[Symptom]:
+    """A per-token-head cache write judged element by element: `compare(want codes, got codes, want scales, got
+    scales, raw values or None) -> (bad mask, distance)` over the keys and the values with their scale caches;
+    one cache-write symptom worded by `describe(bad elements, first bad index, worst distance)`."""
+    bad_total, first, worst = 0, None, 0.0
+    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), "k_token_scales", raw and raw[0]),
+             (expected_cache.paged.value_view(), written.paged.value_view(), "v_token_scales", raw and raw[1]))
+    for want_codes, got_codes, name, raw_values in pairs:
+        want_scales = getattr(expected_cache, name).detach().cpu()
+        got_scales = written.scale_caches[name].detach().cpu()
+        if want_codes.shape != got_codes.shape or want_scales.shape != got_scales.shape:
+            return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got_codes.shape)}, "
+                                                             f"expected {tuple(want_codes.shape)}")]
+        bad, distance = compare(want_codes.detach().cpu(), got_codes.detach().cpu(), want_scales, got_scales, raw_values)
+        if bool(bad.any()):
+            bad_total += int(bad.sum())
+            worst = max(worst, float(distance[bad].nan_to_num(float("inf")).max()))
+            first = first or tuple(int(x) for x in bad.nonzero()[0])
+    return [Symptom(Verdict.CONTRACT, "cache-write", describe(bad_total, first, worst))] if bad_total else []
+
+
+# One code step of a per-token-head format at code c (in code units): int8 1; fp8 e4m3 2^(floor(log2|c|) - 3),
+# its subnormal step 2^-9 at the bottom.
+TOKEN_HEAD_STEP = {
+    KVCacheDType.INT8_PER_TOKEN_HEAD: lambda c: torch.ones_like(c),
+    KVCacheDType.FP8_PER_TOKEN_HEAD: lambda c: torch.ldexp(torch.ones_like(c), torch.frexp(c)[1] - 4).clamp(min=2.0 ** -9),
+}
+SCALE_RTOL = 2.0 ** -20  # a float32 scale computed another way (a reciprocal, fused multiply): a few ulps
+# A code that differs from the oracle's is a tie flipped by those ulps only where the exact quotient x / scale sits
+# that close to the midpoint between the two codes. Session 13 (H100): 3 of 2,258 fp8 writes had 3-6 such flips in
+# 256-768 codes (bf16 inputs land on fp8 midpoints often), which a 1 % share bound had failed.
+TIE_RTOL = 2.0 ** -19
+
+
+def judge_token_head_write(expected_cache, written, raw: tuple[Tensor, Tensor] | None = None) -> list[Symptom]:
+    """fp8 / int8 per-token-head writers compute scale = amax / QMAX in float32 their own way (vLLM's is a few
+    ulps off the correctly rounded quotient: session 6; 3,886 of 4,317 fp8 writes failed a byte-for-byte check
+    in session 12), so a code may flip where x / scale sits on a rounding tie. Where bytes differ, each scale
+    must be within SCALE_RTOL of the oracle's and each dequantized element, code * scale, within one code step;
+    a different code must sit on a tie: the exact quotient of its `raw` value (key or value before quantization,
+    `raw_by_slot`; None: no code may differ) within TIE_RTOL of the midpoint between the two codes. Slots the
+    oracle left untouched (canaries, NaN scales) must stay byte-identical. A wrong scale rule or slot moves
+    elements by many steps, a wrong rounding rule (truncation) moves codes whose quotient is nowhere near a tie."""
+    step_of = TOKEN_HEAD_STEP[expected_cache.kv_cache_dtype]
+
+    def steps_off(want_codes, got_codes, want_scale, got_scale, raw_values):
+        # [..., D] per scale (the V0 key view splits D in two)
+        want_codes, got_codes = (c.reshape(*want_scale.shape, -1) for c in (want_codes, got_codes))
+        want_scale, got_scale = want_scale.double(), got_scale.double()
+        wc, gc = want_codes.double(), got_codes.double()
+        steps = torch.maximum(step_of(wc), step_of(gc)) * torch.maximum(want_scale, got_scale)[..., None]
+        off = (wc * want_scale[..., None] - gc * got_scale[..., None]).abs() / steps
+        scale_ok = (want_scale - got_scale).abs() <= SCALE_RTOL * want_scale.abs()
+        same = want_codes.view(torch.uint8) == got_codes.view(torch.uint8)
+        same &= (want_scale == got_scale)[..., None] | (want_scale.isnan() & got_scale.isnan())[..., None]
+        bad = ~same & ~((off <= 1.0 + 1e-9) & scale_ok[..., None])  # NaN in a changed element is bad
+        moved = ~same & (wc != gc)  # another code (the rest: the scale's last bits, or the sign of a zero)
+        if bool(moved.any()):
+            tie = torch.zeros_like(moved)
+            if raw_values is not None:
+                quotient = raw_values.reshape(want_codes.shape) / want_scale[..., None]
+                midpoint = (wc + gc) / 2
+                tie = (quotient - midpoint).abs() <= TIE_RTOL * midpoint.abs()  # NaN (no raw value): not a tie
+            bad |= moved & ~tie
+        return bad, off
+
+    return _judge_elements(expected_cache, written, steps_off,
+                           lambda n, first, worst: f"the written cache differs from the oracle's at {n} elements by "
+                                                   f"more than a rounding tie (a scale more than {SCALE_RTOL:.2g} "
+                                                   f"relative, or a code whose exact quotient is not within "
+                                                   f"{TIE_RTOL:.2g} of the midpoint; first at {first}, worst {worst:.3g} "
+                                                   f"steps)", raw)
+
+
+def raw_by_slot(inputs: Inputs) -> tuple[Tensor, Tensor] | None:
+    """Every cached token's key and value before quantization (float64) at its cache slot, [nb, bs, H_kv, D]
+    (NaN where no token is cached): what a per-token-head writer divides by its scale. None for other caches."""
+    cache, case = inputs.cache, inputs.case
+    if cache is None or inputs.block_table is None or not case.kv_cache_dtype.is_per_token_head:
+        return None
+    nb, bs = cache.paged.num_blocks, cache.paged.block_size
+    k = torch.full((nb, bs, case.num_kv_heads, case.head_size), float("nan"), dtype=torch.float64)
+    v = torch.full((nb, bs, case.num_kv_heads, case.value_size), float("nan"), dtype=torch.float64)
+    table = inputs.block_table.cpu()
+    for i, (keys, values) in enumerate(zip(inputs.keys, inputs.values)):
+        slots = slots_for(table[i], torch.arange(keys.shape[0]), bs)
+        k[slots // bs, slots % bs] = keys.detach().cpu().double()
+        v[slots // bs, slots % bs] = values.detach().cpu().double()
+    return k, v
