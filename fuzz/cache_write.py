@@ -2,6 +2,9 @@
 element by element, where a code may differ only at a rounding tie of the exact quotient."""
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -11,10 +14,13 @@ from reference.inputs import Inputs, slots_for
 from .verdicts import Symptom, Verdict
 
 
-def judge_cache_write(expected_cache, written, raw: tuple[Tensor, Tensor] | None = None) -> list[Symptom]:
+RawValues = Callable[[], "tuple[Tensor, Tensor] | None"]  # the unquantized keys and values by slot, built on demand
+
+
+def judge_cache_write(expected_cache, written, raw: RawValues | None = None) -> list[Symptom]:
     """The kernel's cache writer against the oracle's `write_kv`: every byte of the pool (canaries in
     untouched slots included) and the scale caches must be equal (per-token-head caches: see
-    `judge_int4_write` and `judge_token_head_write`, which reads the unquantized `raw_by_slot`)."""
+    `judge_int4_write` and `judge_token_head_write`, which may call `raw` for `raw_by_slot`)."""
     if expected_cache.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
         return judge_int4_write(expected_cache, written)
     if expected_cache.kv_cache_dtype in TOKEN_HEAD_STEP:
@@ -52,7 +58,7 @@ def judge_int4_write(expected_cache, written) -> list[Symptom]:
     elements by many quanta."""
     from reference import int4
 
-    def quanta_off(want_codes, got_codes, want_stored, got_stored, raw):
+    def quanta_off(want_codes, got_codes, want_stored, got_stored, which):
         w, g = int4.dequantize(want_codes, want_stored), int4.dequantize(got_codes, got_stored)
         quantum = torch.maximum(int4.split_scale(want_stored)[0], int4.split_scale(got_stored)[0]).double()
         quanta = (w - g).abs() / quantum[..., None]
@@ -64,20 +70,20 @@ def judge_int4_write(expected_cache, written) -> list[Symptom]:
                                                    f"the oracle's at {n} elements (first at {first}, worst {worst:.3g} quanta)")
 
 
-def _judge_elements(expected_cache, written, compare, describe, raw=None) -> list[Symptom]:
+def _judge_elements(expected_cache, written, compare, describe) -> list[Symptom]:
     """A per-token-head cache write judged element by element: `compare(want codes, got codes, want scales, got
-    scales, raw values or None) -> (bad mask, distance)` over the keys and the values with their scale caches;
-    one cache-write symptom worded by `describe(bad elements, first bad index, worst distance)`."""
+    scales, 0 for the keys or 1 for the values) -> (bad mask, distance)` over both with their scale caches; one
+    cache-write symptom worded by `describe(bad elements, first bad index, worst distance)`."""
     bad_total, first, worst = 0, None, 0.0
-    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), "k_token_scales", raw and raw[0]),
-             (expected_cache.paged.value_view(), written.paged.value_view(), "v_token_scales", raw and raw[1]))
-    for want_codes, got_codes, name, raw_values in pairs:
+    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), "k_token_scales"),
+             (expected_cache.paged.value_view(), written.paged.value_view(), "v_token_scales"))
+    for which, (want_codes, got_codes, name) in enumerate(pairs):
         want_scales = getattr(expected_cache, name).detach().cpu()
         got_scales = written.scale_caches[name].detach().cpu()
         if want_codes.shape != got_codes.shape or want_scales.shape != got_scales.shape:
             return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got_codes.shape)}, "
                                                              f"expected {tuple(want_codes.shape)}")]
-        bad, distance = compare(want_codes.detach().cpu(), got_codes.detach().cpu(), want_scales, got_scales, raw_values)
+        bad, distance = compare(want_codes.detach().cpu(), got_codes.detach().cpu(), want_scales, got_scales, which)
         if bool(bad.any()):
             bad_total += int(bad.sum())
             worst = max(worst, float(distance[bad].nan_to_num(float("inf")).max()))
@@ -93,23 +99,25 @@ TOKEN_HEAD_STEP = {
 }
 SCALE_RTOL = 2.0 ** -20  # a float32 scale computed another way (a reciprocal, fused multiply): a few ulps
 # A code that differs from the oracle's is a tie flipped by those ulps only where the exact quotient x / scale sits
-# that close to the midpoint between the two codes. Session 13 (H100): 3 of 2,258 fp8 writes had 3-6 such flips in
+# that close to the midpoint between the two codes. Session 13 (H100): 3 of 2,297 fp8 writes had 3-6 such flips in
 # 256-768 codes (bf16 inputs land on fp8 midpoints often), which a 1 % share bound had failed.
 TIE_RTOL = 2.0 ** -19
 
 
-def judge_token_head_write(expected_cache, written, raw: tuple[Tensor, Tensor] | None = None) -> list[Symptom]:
+def judge_token_head_write(expected_cache, written, raw: RawValues | None = None) -> list[Symptom]:
     """fp8 / int8 per-token-head writers compute scale = amax / QMAX in float32 their own way (vLLM's is a few
     ulps off the correctly rounded quotient: session 6; 3,886 of 4,317 fp8 writes failed a byte-for-byte check
     in session 12), so a code may flip where x / scale sits on a rounding tie. Where bytes differ, each scale
     must be within SCALE_RTOL of the oracle's and each dequantized element, code * scale, within one code step;
-    a different code must sit on a tie: the exact quotient of its `raw` value (key or value before quantization,
-    `raw_by_slot`; None: no code may differ) within TIE_RTOL of the midpoint between the two codes. Slots the
+    a different code must sit on a tie: the exact quotient of its unquantized value (`raw()`, called once and only
+    when a code differs: `raw_by_slot`; no `raw`: no code may differ) within TIE_RTOL of the midpoint between the
+    two codes. Slots the
     oracle left untouched (canaries, NaN scales) must stay byte-identical. A wrong scale rule or slot moves
     elements by many steps, a wrong rounding rule (truncation) moves codes whose quotient is nowhere near a tie."""
     step_of = TOKEN_HEAD_STEP[expected_cache.kv_cache_dtype]
+    unquantized = functools.cache(raw or (lambda: None))  # a long context's float64 copy is built only when needed
 
-    def steps_off(want_codes, got_codes, want_scale, got_scale, raw_values):
+    def steps_off(want_codes, got_codes, want_scale, got_scale, which):
         # [..., D] per scale (the V0 key view splits D in two)
         want_codes, got_codes = (c.reshape(*want_scale.shape, -1) for c in (want_codes, got_codes))
         want_scale, got_scale = want_scale.double(), got_scale.double()
@@ -123,8 +131,8 @@ def judge_token_head_write(expected_cache, written, raw: tuple[Tensor, Tensor] |
         moved = ~same & (wc != gc)  # another code (the rest: the scale's last bits, or the sign of a zero)
         if bool(moved.any()):
             tie = torch.zeros_like(moved)
-            if raw_values is not None:
-                quotient = raw_values.reshape(want_codes.shape) / want_scale[..., None]
+            if unquantized() is not None:
+                quotient = unquantized()[which].reshape(want_codes.shape) / want_scale[..., None]
                 midpoint = (wc + gc) / 2
                 tie = (quotient - midpoint).abs() <= TIE_RTOL * midpoint.abs()  # NaN (no raw value): not a tie
             bad |= moved & ~tie
@@ -135,7 +143,7 @@ def judge_token_head_write(expected_cache, written, raw: tuple[Tensor, Tensor] |
                                                    f"more than a rounding tie (a scale more than {SCALE_RTOL:.2g} "
                                                    f"relative, or a code whose exact quotient is not within "
                                                    f"{TIE_RTOL:.2g} of the midpoint; first at {first}, worst {worst:.3g} "
-                                                   f"steps)", raw)
+                                                   f"steps)")
 
 
 def raw_by_slot(inputs: Inputs) -> tuple[Tensor, Tensor] | None:

@@ -80,7 +80,7 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
         symptoms.append(Symptom(Verdict.MISMATCH, "output-mean",
                                 f"mean error {finite_mean:.4g} > mean limit {lim.mean_limit:.4g}"))
     if actual.written_cache is not None and inputs.cache is not None:
-        symptoms += judge_cache_write(inputs.cache, actual.written_cache, raw_by_slot(inputs))
+        symptoms += judge_cache_write(inputs.cache, actual.written_cache, lambda: raw_by_slot(inputs))
     if actual.lse is not None and caps.lse_base is not None:
         symptoms += judge_lse(row, caps.empty_row_lse, expected, baseline, actual.lse, empty, rule)
     record(row, symptoms)

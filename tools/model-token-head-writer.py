@@ -58,7 +58,7 @@ def main() -> None:
             for x, codes, scales in ((inputs.key[keep], got.paged.key_view(), got.k_token_scales),
                                      (inputs.value[keep], got.paged.value_view(), got.v_token_scales)):
                 scales[at], codes[at] = write(x, case.kv_cache_dtype, truncate)
-            verdict = "fail" if judge_cache_write(inputs.cache, got, raw_by_slot(inputs)) else "pass"
+            verdict = "fail" if judge_cache_write(inputs.cache, got, lambda: raw_by_slot(inputs)) else "pass"
             counts[(case.kv_cache_dtype.value, "truncation" if truncate else "vllm rule", verdict)] += 1
     for key, n in sorted(counts.items()):
         print(*key, n)

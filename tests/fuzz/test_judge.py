@@ -222,7 +222,8 @@ def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_nothing_e
                   dtype=r.DType.BFLOAT16, cache=r.CacheSpec(block_size=4, padding_slots=2, quant=r.Quant(kv_cache_dtype=kvd)),
                   seed=5)
     inputs = r.materialize(case)
-    want, raw = inputs.cache, raw_by_slot(inputs)
+    want, unquantized = inputs.cache, raw_by_slot(inputs)
+    raw = lambda: unquantized  # noqa: E731 (judge_cache_write takes a provider)
     assert judge_cache_write(want, want.clone(), raw) == []
     touched = tuple((~torch.isnan(want.v_token_scales)).nonzero()[0])
     def raw_codes(c):  # the value codes as integers (a view): fp8 bytes count steps within a sign
@@ -232,14 +233,17 @@ def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_nothing_e
     nudged = want.clone()
     nudged.v_token_scales[touched] *= 1 + 2.0 ** -23  # a few ulps
     assert judge_cache_write(want, nudged, raw) == []
+    calls = []
+    assert judge_cache_write(want, nudged, lambda: calls.append(1)) == [] and not calls  # no code differs: not built
     flipped = want.clone()
     code = raw_codes(flipped)[touched]
     i = int(code.to(torch.int16).argmax())
     code[i] = code[i] - 1  # the largest code (byte) one step down
     assert [s.kind for s in judge_cache_write(want, flipped, raw)] == ["cache-write"]  # its quotient is no tie
-    on_tie = (raw[0], raw[1].clone())
+    values_on_tie = unquantized[1].clone()
     midpoint = (want.paged.value_view()[touched][i].double() + flipped.paged.value_view()[touched][i].double()) / 2
-    on_tie[1][touched][i] = midpoint * want.v_token_scales[touched].double()
+    values_on_tie[touched][i] = midpoint * want.v_token_scales[touched].double()
+    on_tie = lambda: (unquantized[0], values_on_tie)  # noqa: E731
     assert judge_cache_write(want, flipped, on_tie) == []
     assert [s.kind for s in judge_cache_write(want, flipped)] == ["cache-write"]  # no raw values: no tie to allow
     far = want.clone()
