@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import random
 import sys
 from dataclasses import replace
@@ -19,6 +18,7 @@ import torch
 
 sys.path.insert(0, ".")
 import reference as r  # noqa: E402
+from campaign.store import read_jsonl  # noqa: E402
 
 
 def predicted_failure(row: dict) -> bool:
@@ -40,8 +40,7 @@ def main() -> None:
     ap.add_argument("--backend", default="flashinfer-prefill-fa3")
     ap.add_argument("--sample", type=int, default=400)
     a = ap.parse_args()
-    rows = [json.loads(line) for line in open(a.rows)]
-    rows = [x for x in rows if x.get("phase") == "generate" and x["backend"] == a.backend
+    rows = [x for x in read_jsonl(a.rows) if x.get("phase") == "generate" and x["backend"] == a.backend
             and "sinks" in (x["features"] or "") and x["verdict"] in ("pass", "mismatch", "nan")]
     random.seed(0)
     counts = collections.Counter()

@@ -11,13 +11,13 @@ Usage: python tools/model-token-head-writer.py ROWS.jsonl
 from __future__ import annotations
 
 import collections
-import json
 import sys
 
 import torch
 
 sys.path.insert(0, ".")
 import reference as r  # noqa: E402
+from campaign.store import read_jsonl  # noqa: E402
 from fuzz.cache_write import judge_cache_write, raw_by_slot  # noqa: E402
 from reference import quant  # noqa: E402
 from reference.case import KVCacheDType  # noqa: E402
@@ -26,8 +26,8 @@ FP8 = KVCacheDType.FP8_PER_TOKEN_HEAD
 
 
 def write(x: torch.Tensor, fmt: KVCacheDType, truncate: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    qmax = 448.0 if fmt == FP8 else 127.0
-    scale = torch.clamp(x.abs().float().amax(-1) * torch.tensor(1 / qmax, dtype=torch.float32), min=1e-6)
+    scale = torch.clamp(x.abs().float().amax(-1) * torch.tensor(1 / quant.TOKEN_HEAD_MAX[fmt], dtype=torch.float32),
+                        min=quant.TOKEN_HEAD_MIN_SCALE)
     y = x.float() * (1.0 / scale)[..., None]
     if fmt == FP8:
         codes = y.clamp(-448, 448).to(torch.float8_e4m3fn)
@@ -42,9 +42,8 @@ def write(x: torch.Tensor, fmt: KVCacheDType, truncate: bool) -> tuple[torch.Ten
 
 
 def main() -> None:
-    rows = [json.loads(line) for line in open(sys.argv[1])]
     counts = collections.Counter()
-    for row in rows:
+    for row in read_jsonl(sys.argv[1]):
         if row.get("phase") != "generate" or row["backend"] != "vllm-pth-writes-cache" or \
                 row["kv_cache_dtype"] not in ("fp8_per_token_head", "int8_per_token_head"):
             continue
