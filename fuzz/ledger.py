@@ -6,8 +6,11 @@ row that *passes* is flagged `known_fixed` so a stale entry gets noticed.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import torch
 
 from backends._convert import torch_before
 from reference.case import Case, KVCacheDType
@@ -42,6 +45,55 @@ def _has_empty_side(case: Case) -> bool:
     return any(q == 0 or k == 0 for q, k in zip(case.query_lens, case.kv_lens))
 
 
+# exp2 overflows float32 at 2^128: a sink more than 128 ln 2 above a row's largest score, folded in as
+# exp2((sink - max) log2 e) after a key loop whose running max never took the sink in, makes the row sum inf
+SINK_OVERFLOW = 128 * math.log(2)
+
+
+def largest_sink_excess(case: Case) -> float:
+    """max over (token, head) rows that see a key of sinks[h] - (the row's largest visible score), in float64;
+    -inf without sinks or when no row sees a key. The scores are the oracle's: scaled, soft-capped, ALiBi, qq_bias."""
+    if case.sinks is None:
+        return -math.inf
+    from reference.attention import CHUNK_ELEMENTS, new_token_bias, query_for_oracle, sequence_kv
+    from reference.inputs import materialize
+    from reference.scores import alibi_bias, apply_soft_cap
+    from reference.visibility import query_positions, visible
+
+    inputs = materialize(case)
+    query = query_for_oracle(inputs, torch.float64)
+    sinks = inputs.sinks.to(torch.float64)
+    excess = -math.inf
+    for i, seq in enumerate(case.sequences):
+        start = int(inputs.query_start_loc[i])
+        k, _ = sequence_kv(inputs, i, torch.float64)
+        if seq.query_len == 0 or k.shape[0] == 0:
+            continue
+        k = k.repeat_interleave(case.num_heads // k.shape[1], dim=1)
+        mask = visible(case, seq, i)
+        bias = None if inputs.qq_bias is None else new_token_bias(inputs.qq_bias, seq.query_len, k.shape[0])
+        q_pos = query_positions(case, seq)
+        step = max(1, CHUNK_ELEMENTS // (case.num_heads * k.shape[0]))  # the oracle's memory bound
+        for qs in range(0, seq.query_len, step):
+            qe = min(seq.query_len, qs + step)
+            scores = torch.einsum("qhd,khd->hqk", query[start + qs:start + qe] * case.softmax_scale, k)
+            scores = apply_soft_cap(scores, case.soft_cap)
+            if inputs.alibi_slopes is not None:
+                scores = scores + alibi_bias(inputs.alibi_slopes.to(torch.float64), q_pos[qs:qe, None],
+                                             torch.arange(k.shape[0])[None, :], case.alibi.convention)
+            if bias is not None:
+                scores = scores + bias[qs:qe].to(torch.float64)[None]
+            row_max = scores.masked_fill(~mask[:, qs:qe], -math.inf).amax(-1)  # [H, q]
+            seen = torch.isfinite(row_max)
+            if bool(seen.any()):
+                excess = max(excess, float((sinks[:, None] - row_max)[seen].max()))
+    return excess
+
+
+def _sink_overflows_float32(case: Case) -> bool:
+    return largest_sink_excess(case) > SINK_OVERFLOW
+
+
 KNOWN: tuple[Finding, ...] = (
     Finding("flex-flash-cuda", lambda c: torch_before(2, 12), "https://github.com/pytorch/pytorch/issues/181645",
             "flex_attention(BACKEND='FLASH', return_lse=True) returns LSE * ln 2: FA4's natural-log LSE is "
@@ -58,6 +110,13 @@ KNOWN: tuple[Finding, ...] = (
             "its last rows: codes 7-15 quanta off in about 1 of 10 int4 writes. The issue reports inputs over "
             "8,192 rows; on an H100 it also happens at 9-62 rows (tools/probe-hadacore.py)",
             symptom=r"int4 cache decodes"),
+    *(Finding(name, _sink_overflows_float32, "https://github.com/Dao-AILab/flash-attention/pull/2752",
+              "FA4's Softmax.finalize adds the sink as exp2((sink - row max) log2 e) after the key loop, the max never "
+              "taking the sink in: a sink 88.72 (128 ln 2) above every score of a row overflows float32 and the LSE is "
+              "+inf (the output, scaled by 1/inf, is right to e^-88). Raised in that PR's review for SM80 / SM120; "
+              "measured here on SM90, flash-attn-4 4.0.0b36 (tools/emulate-fa4-sink-overflow.py: 481 of 481 rows)",
+              symptom=r"NaN/Inf LSE")
+      for name in ("fa4-varlen", "fa4-paged")),
 )
 
 
