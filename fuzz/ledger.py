@@ -13,7 +13,11 @@ from dataclasses import dataclass
 import torch
 
 from backends._convert import torch_before
+from reference.attention import CHUNK_ELEMENTS, new_token_bias, query_for_oracle, sequence_kv
 from reference.case import Case, KVCacheDType
+from reference.inputs import materialize
+from reference.scores import alibi_bias, apply_soft_cap
+from reference.visibility import query_positions, visible
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,6 @@ def largest_sink_excess(case: Case) -> float:
     -inf without sinks or when no row sees a key. The scores are the oracle's: scaled, soft-capped, ALiBi, qq_bias."""
     if case.sinks is None:
         return -math.inf
-    from reference.attention import CHUNK_ELEMENTS, new_token_bias, query_for_oracle, sequence_kv
-    from reference.inputs import materialize
-    from reference.scores import alibi_bias, apply_soft_cap
-    from reference.visibility import query_positions, visible
-
     inputs = materialize(case)
     query = query_for_oracle(inputs, torch.float64)
     sinks = inputs.sinks.to(torch.float64)
@@ -69,14 +68,15 @@ def largest_sink_excess(case: Case) -> float:
         k, _ = sequence_kv(inputs, i, torch.float64)
         if seq.query_len == 0 or k.shape[0] == 0:
             continue
-        k = k.repeat_interleave(case.num_heads // k.shape[1], dim=1)
+        kv_heads, group = k.shape[1], case.num_heads // k.shape[1]  # query head h reads kv head h // group
         mask = visible(case, seq, i)
         bias = None if inputs.qq_bias is None else new_token_bias(inputs.qq_bias, seq.query_len, k.shape[0])
         q_pos = query_positions(case, seq)
         step = max(1, CHUNK_ELEMENTS // (case.num_heads * k.shape[0]))  # the oracle's memory bound
         for qs in range(0, seq.query_len, step):
             qe = min(seq.query_len, qs + step)
-            scores = torch.einsum("qhd,khd->hqk", query[start + qs:start + qe] * case.softmax_scale, k)
+            q = query[start + qs:start + qe].reshape(qe - qs, kv_heads, group, -1) * case.softmax_scale
+            scores = torch.einsum("qngd,knd->ngqk", q, k).reshape(case.num_heads, qe - qs, k.shape[0])
             scores = apply_soft_cap(scores, case.soft_cap)
             if inputs.alibi_slopes is not None:
                 scores = scores + alibi_bias(inputs.alibi_slopes.to(torch.float64), q_pos[qs:qe, None],

@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("rows", nargs="+")
     ap.add_argument("--backend", default=None, help="only this backend's rows (default: every backend)")
     ap.add_argument("--sample", type=int, default=0, help="rows in all, at random (default: every row)")
-    ap.add_argument("--band", type=float, default=0.5, help="|gap - 88.72| below this is 'edge'")
+    ap.add_argument("--band", type=float, default=0.5, help="|excess - 88.72| below this is 'edge'")
     a = ap.parse_args()
     rows = [x for f in a.rows for x in read_jsonl(f)
             if x.get("phase") == "generate" and "sinks" in (x["features"] or "")
