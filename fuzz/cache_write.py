@@ -111,9 +111,9 @@ def judge_token_head_write(expected_cache, written, raw: RawValues | None = None
     must be within SCALE_RTOL of the oracle's and each dequantized element, code * scale, within one code step;
     a different code must sit on a tie: the exact quotient of its unquantized value (`raw()`, called once and only
     when a code differs: `raw_by_slot`; no `raw`: no code may differ) within TIE_RTOL of the midpoint between the
-    two codes. Slots the
-    oracle left untouched (canaries, NaN scales) must stay byte-identical. A wrong scale rule or slot moves
-    elements by many steps, a wrong rounding rule (truncation) moves codes whose quotient is nowhere near a tie."""
+    two codes. Slots the oracle left untouched (canaries, NaN scales) must stay byte-identical. A wrong scale rule
+    or slot moves elements by many steps, a wrong rounding rule (truncation) moves codes whose quotient is nowhere
+    near a tie."""
     step_of = TOKEN_HEAD_STEP[expected_cache.kv_cache_dtype]
     unquantized = functools.cache(raw or (lambda: None))  # a long context's float64 copy is built only when needed
 

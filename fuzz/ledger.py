@@ -13,10 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from backends._convert import torch_before
-from reference.attention import CHUNK_ELEMENTS, new_token_bias, query_for_oracle, sequence_kv
+from reference.attention import CHUNK_ELEMENTS, block_scores, new_token_bias, query_for_oracle, sequence_kv
 from reference.case import Case, KVCacheDType
 from reference.inputs import materialize
-from reference.scores import alibi_bias, apply_soft_cap
 from reference.visibility import query_positions, visible
 
 
@@ -56,34 +55,29 @@ SINK_OVERFLOW = 128 * math.log(2)
 
 def largest_sink_excess(case: Case) -> float:
     """max over (token, head) rows that see a key of sinks[h] - (the row's largest visible score), in float64;
-    -inf without sinks or when no row sees a key. The scores are the oracle's: scaled, soft-capped, ALiBi, qq_bias."""
+    -inf without sinks or when no row sees a key. The scores are the oracle's (`reference.attention.block_scores`)."""
     if case.sinks is None:
         return -math.inf
     inputs = materialize(case)
     query = query_for_oracle(inputs, torch.float64)
     sinks = inputs.sinks.to(torch.float64)
+    alibi = None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(torch.float64), case.alibi.convention)
     excess = -math.inf
     for i, seq in enumerate(case.sequences):
         start = int(inputs.query_start_loc[i])
         k, _ = sequence_kv(inputs, i, torch.float64)
         if seq.query_len == 0 or k.shape[0] == 0:
             continue
-        kv_heads, group = k.shape[1], case.num_heads // k.shape[1]  # query head h reads kv head h // group
         mask = visible(case, seq, i)
         bias = None if inputs.qq_bias is None else new_token_bias(inputs.qq_bias, seq.query_len, k.shape[0])
-        q_pos = query_positions(case, seq)
+        q_pos, k_pos = query_positions(case, seq), torch.arange(k.shape[0])
         step = max(1, CHUNK_ELEMENTS // (case.num_heads * k.shape[0]))  # the oracle's memory bound
         for qs in range(0, seq.query_len, step):
             qe = min(seq.query_len, qs + step)
-            q = query[start + qs:start + qe].reshape(qe - qs, kv_heads, group, -1) * case.softmax_scale
-            scores = torch.einsum("qngd,knd->ngqk", q, k).reshape(case.num_heads, qe - qs, k.shape[0])
-            scores = apply_soft_cap(scores, case.soft_cap)
-            if inputs.alibi_slopes is not None:
-                scores = scores + alibi_bias(inputs.alibi_slopes.to(torch.float64), q_pos[qs:qe, None],
-                                             torch.arange(k.shape[0])[None, :], case.alibi.convention)
-            if bias is not None:
-                scores = scores + bias[qs:qe].to(torch.float64)[None]
-            row_max = scores.masked_fill(~mask[:, qs:qe], -math.inf).amax(-1)  # [H, q]
+            scores = block_scores(query[start + qs:start + qe], k, mask[:, qs:qe], scale=case.softmax_scale,
+                                  q_pos=q_pos[qs:qe], k_pos=k_pos, alibi=alibi, soft_cap=case.soft_cap,
+                                  bias=None if bias is None else bias[qs:qe])
+            row_max = scores.amax(-1)  # [H, q]
             seen = torch.isfinite(row_max)
             if bool(seen.any()):
                 excess = max(excess, float((sinks[:, None] - row_max)[seen].max()))

@@ -126,13 +126,11 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
     return out, lse
 
 
-def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor,
-                  k_pos: Tensor, alibi, soft_cap: float | None, reorder: bool,
-                  bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """(output [q, H, D_v], lse [q, H]) of q over one block of keys k/v [k, H_kv, D], in q's dtype.
-
-    Query head h = n * G + g reads kv head n (G = H / H_kv query heads per kv head): the heads are
-    grouped in the einsum rather than copying each kv head G times."""
+def block_scores(q: Tensor, k: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor, k_pos: Tensor, alibi,
+                 soft_cap: float | None, reorder: bool = False, bias: Tensor | None = None) -> Tensor:
+    """Scores [H, q, k] of q [q, H, D] over keys k [k, H_kv, D], in q's dtype: q.k x scale, soft-capped, then ALiBi
+    and `bias` added, -inf where `visible` [H|1, q, k] is False. Query head h = n * G + g reads kv head n (G = H / H_kv
+    query heads per kv head): the heads are grouped in the einsum rather than copying each kv head G times."""
     num_q, num_heads, _ = q.shape
     kv_heads = k.shape[1]
     qg = q.reshape(num_q, kv_heads, num_heads // kv_heads, q.shape[-1])
@@ -147,7 +145,20 @@ def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: fl
         scores = scores + alibi_bias(slopes, q_pos[:, None], k_pos[None, :], convention).to(scores.dtype)
     if bias is not None:
         scores = scores + bias[None].to(scores.dtype)
-    scores = scores.masked_fill(~visible, -math.inf)
+    return scores.masked_fill(~visible, -math.inf)
+
+
+def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor,
+                  k_pos: Tensor, alibi, soft_cap: float | None, reorder: bool,
+                  bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(output [q, H, D_v], lse [q, H]) of q over one block of keys k/v [k, H_kv, D], in q's dtype.
+
+    Query head h = n * G + g reads kv head n (G = H / H_kv query heads per kv head): the heads are
+    grouped in the einsum rather than copying each kv head G times."""
+    num_q, num_heads, _ = q.shape
+    kv_heads = k.shape[1]
+    scores = block_scores(q, k, visible, scale=scale, q_pos=q_pos, k_pos=k_pos, alibi=alibi, soft_cap=soft_cap,
+                          reorder=reorder, bias=bias)
     lse = logsumexp_with_sink(scores, None)  # [H, q]
     p = probabilities(scores, lse).reshape(kv_heads, num_heads // kv_heads, num_q, k.shape[0])
     out = torch.einsum("ngqk,knd->qngd", p, v).reshape(num_q, num_heads, v.shape[-1])
