@@ -94,6 +94,7 @@ class Capabilities:
     min_query_len: int = 0  # shortest non-empty query a sequence may have
     min_kv_len: int = 0  # fewest keys a sequence may have
     causal_equal_lengths: bool = False  # kernel cases: a causal call needs query_len == key_len
+    window_right: bool = True  # kernel cases: the API bounds a window's right side (FlashInfer: window_left only)
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
     # Spellings the call accepts for one semantic, e.g. ("unbounded_window", ("none", "minus_one", "huge")):
     # the fuzzer draws each, so every spelling is tested, not only the adapter's favourite (first: default).
@@ -150,6 +151,9 @@ class Capabilities:
         if (self.causal_equal_lengths and case.attn_type == AttentionType.KERNEL and case.causal
                 and any(s.query_len != s.key_len for s in case.sequences)):
             out.append("causal with query_len != key_len: this kernel takes causal only for equal lengths")
+        if (not self.window_right and case.attn_type == AttentionType.KERNEL and case.window is not None
+                and case.window[1] is not None and not case.causal):
+            out.append(f"window right side {case.window[1]}: this kernel takes a left window only (window_left)")
         if self.uniform_query_len and len(set(case.query_lens)) > 1:
             out.append(f"query_lens={case.query_lens}: this kernel needs one query_len for the whole batch")
         if self.max_kv_len is not None and case.max_kv_len > self.max_kv_len:

@@ -25,6 +25,7 @@ import torch
 from reference.case import AttentionType, DType, KVLayout
 from reference.inputs import Inputs
 
+from . import spellings
 from ._convert import cu_seqlens, first_call_note, tokens_first_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 
@@ -59,8 +60,13 @@ class FA4(Backend):
         self.description = ("FlashAttention-4 flash_attn_varlen_func, " +
                             ("paged: page_table + seqused_k over the flash_nhd cache" if paged
                              else "packed cu_seqlens over contiguous K/V"))
+        # flash_attn_varlen_func(..., softmax_scale=None, causal=False, window_size=(None, None), ...): a side is
+        # None or an int (-1 as in flash-attn 2/3, or a number past the keys); causal=True is the window
+        # (left, 0); page_table may be wider than the longest sequence's pages.
+        encodings = (spellings.window_encodings(), spellings.CAUSAL_ENCODINGS, spellings.SCALE_ENCODINGS)
         common = dict(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
-                      head_sizes=HEAD_SIZES, features=FEATURES, lse_base=LseBase.E)
+                      head_sizes=HEAD_SIZES, features=FEATURES, lse_base=LseBase.E,
+                      encodings=encodings + ((spellings.PAGE_TABLE_ENCODINGS,) if paged else ()))
         if paged:
             # Found by fuzzing: the paged path asserts "Paged KV does not support irregular head dim" for
             # head dims that are not multiples of 16 (40, 72) when pages are not loaded by TMA.
@@ -84,16 +90,15 @@ class FA4(Backend):
 
         case = inputs.case
         dev = inputs.query.device
-        left, right = case.window_bounds
         kwargs = dict(cu_seqlens_q=cu_seqlens(case.query_lens, dev), max_seqlen_q=max(case.max_query_len, 1),
-                      softmax_scale=case.softmax_scale, causal=case.is_causal,
-                      window_size=(left, right), softcap=case.soft_cap or 0.0, return_lse=True)
+                      causal=spellings.causal_flag(case), window_size=spellings.window_pair(case),
+                      softcap=case.soft_cap or 0.0, return_lse=True, **spellings.scale_kwargs(case))
         if inputs.sinks is not None:
             kwargs["learnable_sink"] = inputs.sinks.to(dev)
         if self.paged:
             pool = inputs.cache.paged
             k, v = pool.key_view(), pool.value_view()
-            kwargs.update(page_table=inputs.block_table, seqused_k=inputs.seq_lens.to(dev))
+            kwargs.update(page_table=spellings.page_table(case, inputs.block_table), seqused_k=inputs.seq_lens.to(dev))
         else:
             k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
             kwargs.update(cu_seqlens_k=cu_seqlens(case.kv_lens, dev), max_seqlen_k=max(case.max_kv_len, 1))

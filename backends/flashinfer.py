@@ -21,9 +21,10 @@ import time
 
 import torch
 
-from reference.case import AlibiConvention, AttentionType, BlockTableKind, DType, KVCacheDType, KVLayout
+from reference.case import AlibiConvention, AttentionType, BlockTableKind, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
+from . import spellings
 from ._convert import alibi_context_term, first_call_note, lse_natural
 from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported, cuda_library_reason
 
@@ -84,12 +85,22 @@ class FlashInfer(Backend):
             # Found by fuzzing: the CUDA-core decode kernel dispatches these GQA group sizes only
             # ("Unsupported group_size: 7" from plan()).
             head_groups=frozenset({1, 2, 3, 4, 6, 8, 16}) if kind == "decode" and option != "tc" else None,
-            attn_types=frozenset({AttentionType.DECODER} if decode else {AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+            # Prefill's plan() takes any query / key lengths, `causal` (aligned bottom-right) and window_left over a
+            # page table: the raw-API (kernel) region, paged. Decode has no causal flag and one query per
+            # sequence, which sees every key of its window either way: its raw region is the decoder one.
+            attn_types=frozenset({AttentionType.DECODER} if decode else
+                                 {AttentionType.DECODER, AttentionType.ENCODER_DECODER, AttentionType.KERNEL}),
+            window_right=False, causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
             # fa3: flashinfer/utils.py is_fa3_backend_supported() takes no positional encoding (ALiBi) and an fp8
             # cache only with fp8 queries (FlashInfer PR #2536); measured on an H100 (session 12): its sm90 module
             # for f16 queries over an e4m3 cache fails to build (nvcc, batch_prefill_ragged_sm90_kernel_mask_0.cu).
             features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT}
-                               | (set() if fa3 else {Feature.ALIBI})),
+                               | (set() if fa3 else {Feature.ALIBI})
+                               | (set() if decode else {Feature.PAGED_KERNEL, Feature.MORE_QUERIES_THAN_KEYS})),
+            # plan(..., window_left: int = -1, sm_scale: Optional[float] = None): an unbounded window is -1 or any
+            # window_left past the keys (a different, windowed, module); the default scale passed or left out
+            encodings=(spellings.window_encodings((spellings.MINUS_ONE, spellings.EDGE, spellings.BEYOND)),
+                       spellings.SCALE_ENCODINGS),
             # FlashInfer's bias is slope * (k - q) (signed); equal to symmetric under its causal decoder mask.
             alibi_conventions=frozenset({AlibiConvention.SIGNED}), alibi_standard_slopes=True,
             # Decoders only: in cross attention FlashInfer places queries bottom-right, a per-row offset the
@@ -112,10 +123,11 @@ class FlashInfer(Backend):
         indptr, indices, last = page_metadata(inputs)
         kvd = case.kv_cache_dtype
         kv_dtype = FP8.get(kvd, case.dtype.torch)
-        window_left = case.sliding_window - 1 if case.sliding_window is not None else -1
+        left = case.window_bounds[0]  # a decoder's W is W - 1 keys left of the query; kernel cases: left side only
+        window_left = spellings.unbounded(case, spellings.MINUS_ONE) if left is None else left
         common = dict(window_left=window_left, logits_soft_cap=case.soft_cap, q_data_type=case.dtype.torch,
-                      kv_data_type=kv_dtype, sm_scale=case.softmax_scale,
-                      pos_encoding_mode="ALIBI" if case.alibi is not None else "NONE")
+                      kv_data_type=kv_dtype, pos_encoding_mode="ALIBI" if case.alibi is not None else "NONE",
+                      **spellings.scale_kwargs(case, "sm_scale"))
         key = (self.name, case.dtype, kvd, case.head_size, layout, window_left >= 0, case.soft_cap is not None,
                case.sinks is not None, case.num_heads // case.num_kv_heads, case.alibi is not None)
         t0 = time.perf_counter()  # plan() JIT-compiles a new variant: time it with the first run
@@ -128,7 +140,7 @@ class FlashInfer(Backend):
             wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(_workspace(dev), layout, backend=self.option)
             wrapper.plan(inputs.query_start_loc, indptr, indices, last, case.num_heads, case.num_kv_heads,
                          case.head_size, case.cache.block_size, head_dim_vo=case.value_size,
-                         causal=case.attn_type == AttentionType.DECODER, **common)
+                         causal=case.is_causal, **common)
         run = dict(return_lse=True)
         if kvd in FP8:
             run.update(k_scale=float(inputs.cache.k_scale[0]), v_scale=float(inputs.cache.v_scale[0]))
@@ -165,7 +177,8 @@ class FlashInferCascade(Backend):
         attn_types=frozenset({AttentionType.DECODER}),
         features=frozenset({Feature.GQA, Feature.MQA, Feature.SOFT_CAP, Feature.CONTEXT, Feature.EMPTY_QUERY}),
         kv_layouts=frozenset(LAYOUT), block_sizes=(1, 8, 16, 32), block_tables=frozenset({BlockTableKind.SHARED_PREFIX}),
-        lse_base=None, requires_cache=True, reads_paged_cache=True)
+        lse_base=None, requires_cache=True, reads_paged_cache=True,
+        encodings=(spellings.SCALE_ENCODINGS,))  # plan(..., sm_scale: Optional[float] = None)
 
     def availability(self) -> str | None:
         return cuda_library_reason("flashinfer", "flashinfer-python")
@@ -181,7 +194,7 @@ class FlashInferCascade(Backend):
         wrapper = flashinfer.MultiLevelCascadeAttentionWrapper(2, _workspace(dev), LAYOUT[case.cache.layout])
         t0 = time.perf_counter()
         wrapper.plan(qo, [x[0] for x in levels], [x[1] for x in levels], [x[2] for x in levels], case.num_heads,
-                     case.num_kv_heads, case.head_size, bs, causal=True, sm_scale=case.softmax_scale,
+                     case.num_kv_heads, case.head_size, bs, causal=True, **spellings.scale_kwargs(case, "sm_scale"),
                      logits_soft_cap=case.soft_cap, q_data_type=case.dtype.torch, kv_data_type=case.dtype.torch)
         out = wrapper.run(inputs.query, paged_kv(inputs))
         key = (self.name, case.dtype, case.head_size, case.soft_cap is not None, case.num_heads // case.num_kv_heads)

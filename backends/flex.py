@@ -20,6 +20,7 @@ import torch
 from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
+from . import spellings
 from ._convert import key_offset, position_rule
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
@@ -58,7 +59,8 @@ class FlexBackend(Backend):
                                  head_sizes=(16, 32, 64, 128) if compiled else (16, 24, 32, 40, 64, 72, 80, 96, 128),
                                  attn_types=frozenset(AttentionType), features=FEATURES,
                                  lse_base=LseBase.E if self.returns_lse else None,
-                                 causal_alignments=frozenset(CausalAlignment))
+                                 causal_alignments=frozenset(CausalAlignment),
+                                 encodings=(spellings.SCALE_ENCODINGS,))  # flex_attention(..., scale=None)
 
     def device(self) -> str:
         return self._device
@@ -113,7 +115,7 @@ class FlexBackend(Backend):
             warnings.simplefilter("ignore")
             block_mask = create_block_mask(mask_mod, None, None, n_q, n_k, device=dev)
             result = self._function()(q, k, v, score_mod=score_mod if (cap or slopes is not None) else None,
-                                      block_mask=block_mask, scale=case.softmax_scale,
+                                      block_mask=block_mask, **spellings.scale_kwargs(case, "scale"),
                                       enable_gqa=case.num_heads != case.num_kv_heads, return_lse=self.returns_lse,
                                       **self._options())
         if not self.returns_lse:
@@ -165,7 +167,8 @@ class FlexPagedBackend(FlexBackend):
             # Found by fuzzing: inductor needs the page (KV block) size to be a multiple of its BLOCK_N.
             block_sizes=(128,) if compiled else (16, 32, 64, 128),
             kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.BFLOAT16, KVCacheDType.FLOAT16}),
-            requires_cache=True, reads_paged_cache=True, finite_canaries_only=True)
+            requires_cache=True, reads_paged_cache=True, finite_canaries_only=True,
+            encodings=(spellings.SCALE_ENCODINGS,))
 
     def availability(self) -> str | None:
         reason = super().availability()
@@ -215,7 +218,7 @@ class FlexPagedBackend(FlexBackend):
             use_score = case.soft_cap is not None or inputs.alibi_slopes is not None
             out, lse = self._function()(q, k_pool, v_pool,
                                         score_mod=paged.get_score_mod(score_mod, kv_len) if use_score else None,
-                                        block_mask=physical, scale=case.softmax_scale,
+                                        block_mask=physical, **spellings.scale_kwargs(case, "scale"),
                                         enable_gqa=case.num_heads != case.num_kv_heads, return_lse=True)
         rows = [out[b, :, :n].transpose(0, 1) for b, n in enumerate(case.query_lens)]
         lses = [lse[b, :, :n].transpose(0, 1) for b, n in enumerate(case.query_lens)]

@@ -17,7 +17,7 @@ from torch import Tensor
 from reference.case import CausalAlignment, AlibiConvention, AttentionType, DType, KVCacheDType, KVLayout, ScaleGranularity
 from reference.inputs import Inputs
 
-from . import _int4
+from . import _int4, spellings
 from ._convert import LOG2_E, key_offset, round_half_away
 from .base import ALL_FEATURES, Actual, Backend, Capabilities, Feature, LseBase, poisoned_output
 
@@ -50,7 +50,10 @@ NAIVE_CAPS = Capabilities(
     features=ALL_FEATURES - {Feature.BLOCK_SPARSE}, kv_layouts=frozenset(KVLayout),
     kv_cache_dtypes=frozenset(KVCacheDType), scale_granularities=frozenset(ScaleGranularity),
     block_sizes=(1, 2, 3, 4, 8, 16, 32), lse_base=LseBase.E, writes_output_buffer=True,
-    reads_paged_cache=True, writes_cache=True, requires_cache=True)
+    reads_paged_cache=True, writes_cache=True, requires_cache=True,
+    # It takes every spelling its flash-attn-shaped arguments could: the CPU twin of the GPU adapters'.
+    encodings=(spellings.window_encodings(), spellings.CAUSAL_ENCODINGS, spellings.SCALE_ENCODINGS,
+               spellings.PAGE_TABLE_ENCODINGS))
 
 
 def _div(x: Tensor, divisor: float) -> Tensor:
@@ -80,9 +83,10 @@ class NaivePaged(Backend):
         self._store(cache, inputs.key, inputs.value, inputs.slot_mapping)
         buffer = poisoned_output(inputs)
         lses = torch.empty(case.num_tokens, case.num_heads, dtype=torch.float32, device=inputs.device)
+        table = spellings.page_table(case, inputs.block_table)
         for i, s in enumerate(case.sequences):
             a, b = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
-            k, v = self._load(cache, inputs.block_table[i], case.kv_lens[i])
+            k, v = self._load(cache, table[i], case.kv_lens[i])
             out, lse = self._attend(inputs, i, inputs.query[a:b].float() if inputs.query_fp8 is None
                                     else inputs.query_fp8[a:b].float() * inputs.q_scale, k, v)
             buffer[a:b] = out.to(buffer.dtype)
@@ -171,7 +175,8 @@ class NaivePaged(Backend):
         offset = 0 if self.bug == Bug.CAUSAL_TOP_LEFT else key_offset(case, i)
         qp = torch.arange(n_q, device=q.device)[:, None] + offset
         kp = torch.arange(n_k, device=q.device)[None, :]
-        s = torch.einsum("qhd,khd->hqk", q, k) * case.softmax_scale
+        scale = spellings.scale_kwargs(case).get("softmax_scale", q.shape[-1] ** -0.5)  # the API's default
+        s = torch.einsum("qhd,khd->hqk", q, k) * scale
         if case.soft_cap is not None and self.bug != Bug.SOFT_CAP_IGNORED:
             s = case.soft_cap * torch.tanh(s / case.soft_cap)
         if inputs.alibi_slopes is not None:
@@ -181,11 +186,13 @@ class NaivePaged(Backend):
             sign = -1.0 if self.bug == Bug.ALIBI_SIGN_FLIPPED else 1.0
             s = s + sign * inputs.alibi_slopes.float().to(q.device)[:, None, None] * d
         ok = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device)
-        if case.is_causal:
+        if spellings.causal_flag(case):
             ok &= kp <= qp
-        left, right = case.window_bounds  # vLLM's sliding_window W is (W-1, 0): W keys, the query's own included
-        if case.chunk_lookback is not None:  # the window only sizes the chunks
-            left = right = None
+        # flash-attn's window arguments: None or a negative side is unbounded, any number >= 0 bounds it
+        # (vLLM's sliding_window W is (W-1, 0): W keys, the query's own included)
+        left, right = (None if x is None or x < 0 else x for x in spellings.window_pair(case))
+        if case.chunk_lookback is not None:  # the window only sizes the chunks (causality may still travel in it)
+            left, right = None, 0 if spellings.causal_as_window(case) else None
         if left is not None:
             ok &= (qp - kp <= left + 1) if self.bug == Bug.WINDOW_OFF_BY_ONE else (qp - kp <= left)
         if right is not None:

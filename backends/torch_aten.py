@@ -23,6 +23,7 @@ import torch
 from reference.case import AttentionType, CausalAlignment, DType
 from reference.inputs import Inputs
 
+from . import spellings
 from ._convert import cu_seqlens, per_sequence, tokens_first_lse, torch_before, unpack_varlen_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
@@ -49,11 +50,17 @@ def _aten_op_reason(op_name: str) -> str | None:
 
 
 def _window_args(case) -> dict:
-    """flash-attn's (left, right) window with -1 unbounded; a causal call bounds the right side at 0."""
-    left, right = case.window_bounds
-    if case.is_causal:
-        right = 0 if right is None else min(right, 0)
-    return dict(window_size_left=-1 if left is None else left, window_size_right=-1 if right is None else right)
+    """flash-attn's (left, right) window, an unbounded side spelled as the case says (-1 by default; the
+    schema's `SymInt? window_size_left=None` also takes None, and any number past the keys bounds nothing);
+    a causal flag makes the kernel bound the right side at 0 itself."""
+    left, right = spellings.window_pair(case, default=spellings.MINUS_ONE)
+    return dict(window_size_left=left, window_size_right=right)
+
+
+# Spellings the flash op's schema takes: `float? scale=None`, the window sides (None, -1 or past the keys),
+# and causality as is_causal or as the window (left, 0) (flash-attn 2's own rule: causal is right = 0).
+FLASH_ENCODINGS = (spellings.window_encodings((spellings.MINUS_ONE, spellings.NONE, spellings.EDGE, spellings.BEYOND)),
+                   spellings.CAUSAL_ENCODINGS, spellings.SCALE_ENCODINGS)
 
 
 class AtenVarlen(Backend):
@@ -73,7 +80,10 @@ class AtenVarlen(Backend):
         # attention build does not support alibi", H100, torch 2.11).
         # Found by fuzzing on the H200: rows with no key get LSE +inf (flash) or 0 (efficient), not -inf.
         # Declared (each kernel's own convention); both are unsafe inputs to an LSE merge that expects -inf.
-        self.caps = replace(VARLEN_CAPS, features=frozenset(features), empty_row_lse=math.inf if self.flash else 0.0)
+        windowed = self.flash and "window_size_left" in self.args
+        encodings = FLASH_ENCODINGS if windowed else (spellings.SCALE_ENCODINGS,)  # efficient: `float? scale=None`
+        self.caps = replace(VARLEN_CAPS, features=frozenset(features), empty_row_lse=math.inf if self.flash else 0.0,
+                            encodings=encodings)
 
     def _op(self):
         return getattr(torch.ops.aten, self.op_name)
@@ -88,17 +98,20 @@ class AtenVarlen(Backend):
         k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
         cu_q, cu_k = cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev)
         causal = case.is_causal  # both kernels align causal masks bottom-right
+        scale = spellings.scale_kwargs(case, "scale")
         if self.flash:
-            extra = _window_args(case) if "window_size_left" in self.args else {}
+            windowed = "window_size_left" in self.args
+            extra = _window_args(case) if windowed else {}
+            causal = spellings.causal_flag(case) if windowed else causal
             out, lse = self._op()(q, k, v, cu_q, cu_k, case.max_query_len, case.max_kv_len, 0.0, causal, False,
-                                  scale=case.softmax_scale, **extra)[:2]
+                                  **scale, **extra)[:2]
             # Packed varlen flash returns LSE [H, total_q].
             return Actual(output=out, lse=lse.float().transpose(0, 1)[: case.num_tokens])
         group = case.num_heads // case.num_kv_heads
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         # custom_mask_type 2: causal aligned bottom-right; 0: none.
         out, lse = self._op()(q[None], k[None], v[None], None, cu_q, cu_k, case.max_query_len, case.max_kv_len,
-                              0.0, 2 if causal else 0, True, scale=case.softmax_scale)[:2]
+                              0.0, 2 if causal else 0, True, **scale)[:2]
         return Actual(output=out[0], lse=unpack_varlen_lse(lse, case.query_lens), notes={"lse_shape": list(lse.shape)})
 
     def repro_kernel(self, case) -> str | None:
@@ -114,8 +127,9 @@ def kernel(q, ks, vs):
 '''
         if self.flash:
             window = _window_args(case) if "window_size_left" in self.args else {}
-            return head + f'''    # packed varlen flash: causal aligned bottom-right; window (left, right), -1 unbounded
-    out, lse = op(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, CAUSAL, False, scale=SCALE, **{window!r})[:2]
+            causal = spellings.causal_flag(case) if window else case.is_causal
+            return head + f'''    # packed varlen flash: causal aligned bottom-right; window (left, right) as the case spells it
+    out, lse = op(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, {causal}, False, scale=SCALE, **{window!r})[:2]
     return out, lse.float().transpose(0, 1)[:q.shape[0]]  # LSE comes as [H, total_q]
 '''
         return head + '''    k, v = k.repeat_interleave(GROUP, 1), v.repeat_interleave(GROUP, 1)
@@ -208,7 +222,11 @@ class TorchVarlen(Backend):
                         head_sizes=HEAD_SIZES, attn_types=frozenset(AttentionType),
                         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT,
                                             Feature.MORE_QUERIES_THAN_KEYS}), lse_base=LseBase.E,
-                        empty_row_lse=math.inf)
+                        empty_row_lse=math.inf,
+                        # varlen_attn(..., scale: float | None = None, window_size: tuple[int, int] = (-1, -1)):
+                        # an unbounded side is -1 or any number past the keys
+                        encodings=(spellings.window_encodings((spellings.MINUS_ONE, spellings.EDGE, spellings.BEYOND)),
+                                   spellings.SCALE_ENCODINGS))
 
     @staticmethod
     def _lse_layout() -> str:
@@ -235,12 +253,11 @@ class TorchVarlen(Backend):
 
         case = inputs.case
         dev = inputs.query.device
-        w = _window_args(case)
         out, lse = varlen_attn(inputs.query, torch.cat(inputs.keys), torch.cat(inputs.values),
                                cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev),
                                max(case.max_query_len, 1), max(case.max_kv_len, 1),
-                               return_aux=AuxRequest(lse=True), scale=case.softmax_scale,
-                               window_size=(w["window_size_left"], w["window_size_right"]),
+                               return_aux=AuxRequest(lse=True), **spellings.scale_kwargs(case, "scale"),
+                               window_size=spellings.window_pair(case, spellings.MINUS_ONE, causal_in_window=True),
                                **self._gqa_arg(case))
         lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented=self._lse_layout())
         return Actual(output=out, lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from reference.case import AttentionType, CausalAlignment, DType
 from reference.inputs import Inputs
 
+from . import spellings
 from ._convert import alibi_additive, allowed, per_sequence
 from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported
 
@@ -69,7 +70,7 @@ class SdpaBackend(Backend):
         def one(i, q, k, v):
             group = case.num_heads // case.num_kv_heads
             k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
-            kw = dict(scale=case.softmax_scale)
+            kw = spellings.scale_kwargs(case, "scale")
             if takes_mask:
                 kw["attn_mask"] = _mask(inputs, i, q)
             elif self.bias is not None:  # torch.nn.attention.bias: causal_lower_right / causal_upper_left
@@ -135,7 +136,7 @@ class CpuFlashBackend(Backend):
                         features=MASK_FEATURES, lse_base=LseBase.E, causal_alignments=BOTH_ALIGNMENTS,
                         # Found by fuzzing (kernel cases, q > k): a row its mask leaves empty gets output 0
                         # but LSE 0, not -inf; declared, and unsafe for LSE merging (README findings).
-                        empty_row_lse=0.0)
+                        empty_row_lse=0.0, encodings=(spellings.SCALE_ENCODINGS,))  # `float? scale=None`
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
@@ -145,7 +146,7 @@ class CpuFlashBackend(Backend):
             group = case.num_heads // case.num_kv_heads
             k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
             out, lse = op(q[None], k[None], v[None], 0.0, False, attn_mask=_mask(inputs, i, q, additive=True),
-                          scale=case.softmax_scale)
+                          **spellings.scale_kwargs(case, "scale"))
             return out[0], lse[0]
 
         out, lse = per_sequence(inputs, one)
@@ -174,7 +175,8 @@ def kernel(q, ks, vs):
 def sdpa_backends() -> list[Backend]:
     """torch-sdpa-* for CPU (math) and CUDA (flash, efficient, cudnn, math)."""
     base = Capabilities(dtypes=frozenset(DType), attn_types=ALL_TYPES, features=MASK_FEATURES | {Feature.HEAD_SIZE_V},
-                        lse_base=None, causal_alignments=BOTH_ALIGNMENTS)
+                        lse_base=None, causal_alignments=BOTH_ALIGNMENTS,
+                        encodings=(spellings.SCALE_ENCODINGS,))  # scaled_dot_product_attention(..., scale=None)
     # No attn_mask: a decoder with cached context would need bottom-right causality, which the
     # is_causal flag (top-left) cannot express, so CONTEXT is not declared.
     no_mask = replace(base, dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),

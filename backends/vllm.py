@@ -23,6 +23,7 @@ from dataclasses import replace
 from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
+from . import spellings
 from ._convert import cu_seqlens, tokens_first_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason, poisoned_output
 
@@ -89,11 +90,15 @@ def _aot_schedule(case, q, kw: dict, seqused_k, causal: bool):
 
 
 def _flash_window(case) -> list[int]:
-    """flash-attn's [left, right], -1 unbounded; a causal call's right side is 0."""
+    """flash-attn's [left, right]; a causal call's right side is 0. An unbounded side is -1 (also for the
+    "none" spelling, whose call leaves window_size out when both sides are unbounded), the keys' edge, or
+    a number beyond them (backends.spellings)."""
     left, right = case.window_bounds
     if case.is_causal:
         right = 0
-    return [-1 if left is None else left, -1 if right is None else right]
+    spell = spellings.unbounded(case, default=spellings.MINUS_ONE)
+    spell = -1 if spell is None else spell
+    return [spell if left is None else left, spell if right is None else right]
 
 
 class VllmBackend(Backend):
@@ -123,7 +128,8 @@ class Fa3Paged(VllmBackend):
             requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
             # scheduler: FA3 plans its own split (jit) or takes get_scheduler_metadata's plan, as FLASH_ATTN's
             # metadata builder computes it ahead of time (aot)
-            encodings=(("num_splits", SPLITS), ("unbounded_window", ("minus_one", "none")),
+            # window_size: list[int], -1 unbounded (flash_attn_interface.py); any side >= the keys bounds nothing
+            encodings=(("num_splits", SPLITS), spellings.window_encodings(("minus_one", "none", "edge", "beyond")),
                        ("scheduler", ("jit", "aot"))))
         # Found on the H100: FA3 takes an fp8 cache only with an fp8 query ("query and key must have the
         # same dtype"): fp8 cases carry one (Q_FP8), quantized with its q_scale as vLLM does.

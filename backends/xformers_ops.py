@@ -26,6 +26,7 @@ import torch
 from reference.case import AttentionType, DType, KVLayout
 from reference.inputs import Inputs
 
+from . import spellings
 from ._convert import unpack_varlen_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 
@@ -62,13 +63,16 @@ class XformersOp(Backend):
                                      kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(64, 128, 256),
                                      # Found by fuzzing: "Variable query len is not supported for causal masks".
                                      max_query_len=16, uniform_query_len=True, requires_cache=True, reads_paged_cache=True,
-                                     finite_canaries_only=True, lse_base=LseBase.E)
+                                     finite_canaries_only=True, lse_base=LseBase.E,
+                                     encodings=(spellings.SCALE_ENCODINGS,))
         else:
             dtypes = {DType.FLOAT16, DType.BFLOAT16} | ({DType.FLOAT32} if name == "xformers-cutlass" else set())
             self.caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset(dtypes),
                                      head_sizes=(32, 64, 96, 128, 256), features=frozenset(features),
                                      attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER}),
-                                     lse_base=LseBase.E)
+                                     lse_base=LseBase.E,
+                                     # memory_efficient_attention(..., scale: Optional[float] = None)
+                                     encodings=(spellings.SCALE_ENCODINGS,))
 
     def _op(self):
         module, attr = OPS[self.name]
@@ -132,10 +136,10 @@ class XformersOp(Backend):
         op = self._op()
         bias = self._bias(inputs)
         if getattr(op, "SUPPORTS_PARTIAL", False):
-            out, lse = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, scale=case.softmax_scale, op=op)
+            out, lse = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, **spellings.scale_kwargs(case, "scale"), op=op)
         else:
             out, lse = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias,
-                                                                              scale=case.softmax_scale, op=op)
+                                                                              **spellings.scale_kwargs(case, "scale"), op=op)
         out = out.reshape(case.num_tokens, case.num_heads, case.value_size)
         notes = {"lse_shape": list(lse.shape)}
         # [B, G, H/G, M] per sequence (rows padded) or [1, G, H/G, >= total] packed: found by fuzzing.

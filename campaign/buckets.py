@@ -2,13 +2,16 @@
 
 A failing row's signature is (backend, verdict, symptom, features of its case). Its coarse key
 (backend, verdict, symptom) is what shrinking keeps: a shrink only accepts smaller cases that
-still show that symptom. The minimal case's signature names the bucket. A bucket *covers* a later
-failure of the same backend that shows one of the symptoms its minimal case shows (one bug often
-breaks output and LSE together) and has at least the minimal case's features (a window bug's
-minimal case has `window`; every later failure of that bug has it too): covered failures are
-counted, not shrunk, and join the most general bucket covering them. A shrink that ends inside an
-existing bucket merges into it. Features are compared by family (fp8 e4m3 / e5m2 are one
-dequantization path), without the incidental `context`.
+still show that symptom. The minimal case's signature names the bucket. A bucket *applies* to a
+later failure of the same backend that has at least the minimal case's features (a window bug's
+minimal case has `window`; every later failure of that bug has it too), and *shows* the symptoms
+its minimal case shows (one bug often breaks output and LSE together). A failure is explained
+only when every one of its symptoms is shown by a bucket that applies to it: then it is counted,
+not shrunk, in the most general such bucket that shows its main symptom. A failure with a symptom
+no applicable bucket shows is a second bug beside the first: it is shrunk toward that symptom
+(`target`), so that no bucket hides it. A shrink that ends inside an existing bucket merges into
+it. Features are compared by family (fp8 e4m3 / e5m2 are one dequantization path), without the
+incidental `context`.
 
 `Buckets` is the live state a campaign consults for each row (no I/O, tested by calling it);
 `assign` recomputes the same buckets from a finished campaign's rows for the reports.
@@ -74,7 +77,10 @@ def features_of(row: dict) -> frozenset[str]:
 
 
 def row_symptoms(row: dict) -> frozenset[tuple[str, str]]:
-    """Every (verdict, symptom) a row shows (a mean-only output mismatch counts as an output one)."""
+    """Every (verdict, symptom) a row shows (a mean-only output mismatch counts as an output one); a crash
+    or a hang shows its one class."""
+    if row.get("verdict") in ("crash", "timeout"):
+        return frozenset({(str(row["verdict"]), symptom(row))})
     listed = row.get("symptoms")
     pairs = [(s["verdict"], s["symptom"]) for s in listed] if listed else [(str(row.get("verdict")), symptom(row))]
     return frozenset((v, "output" if k == "output-mean" else k) for v, k in pairs)
@@ -88,14 +94,58 @@ def signature(row: dict) -> Signature:
     return Signature(str(row.get("backend")), str(row.get("verdict")), symptom(row), features_of(row))
 
 
-def covers(bucket: "Bucket", row: dict) -> bool:
-    """Whether a bucket explains a failing row: same backend, a symptom its minimal case shows (one bug
-    often breaks output and LSE together), and at least the minimal case's features."""
+def shown(bucket: "Bucket") -> frozenset[tuple[str, str]]:
+    """The (verdict, symptom) pairs a bucket's minimal case shows (its own signature's at least)."""
     sig = bucket.signature
-    shown = {(sig.verdict, sig.symptom)}
+    out = {(sig.verdict, sig.symptom)}
     if bucket.minimal is not None:
-        shown |= row_symptoms(bucket.minimal)
-    return sig.backend == row.get("backend") and bool(shown & row_symptoms(row)) and sig.features <= features_of(row)
+        out |= row_symptoms(bucket.minimal)
+    return frozenset(out)
+
+
+def applies(bucket: "Bucket", row: dict) -> bool:
+    """Same backend and at least the minimal case's features: the bucket's bug can be in this row."""
+    sig = bucket.signature
+    return sig.backend == row.get("backend") and sig.features <= features_of(row)
+
+
+def covers(bucket: "Bucket", row: dict) -> bool:
+    """Whether this one bucket explains a failing row: it applies, and every symptom of the row is one
+    its minimal case shows (a row with a symptom the minimal case lacks has a second bug)."""
+    return applies(bucket, row) and row_symptoms(row) <= shown(bucket)
+
+
+def main_symptom(row: dict) -> tuple[str, str]:
+    sig = signature(row)
+    return (sig.verdict, sig.symptom)
+
+
+def missing(buckets, row: dict) -> list[tuple[str, str]]:
+    """The row's symptoms no applicable bucket shows, its main symptom first, then in sorted order."""
+    seen: set = set()
+    for b in buckets:
+        if applies(b, row):
+            seen |= shown(b)
+    main = main_symptom(row)
+    return sorted((s for s in row_symptoms(row) | {main} if s not in seen), key=lambda s: (s != main, s))
+
+
+def explaining(buckets, row: dict) -> "Bucket | None":
+    """The bucket a failing row is counted in when every symptom of it is explained: the most general
+    applicable bucket that shows its main symptom (the other symptoms have buckets of their own)."""
+    buckets = list(buckets)
+    if missing(buckets, row):
+        return None
+    main = main_symptom(row)
+    return (_most_general([b for b in buckets if applies(b, row) and main in shown(b)])
+            or _most_general([b for b in buckets if applies(b, row) and shown(b) & row_symptoms(row)]))
+
+
+def target(buckets, row: dict) -> Signature:
+    """What a shrink of this failure keeps: its first symptom no applicable bucket shows (its main symptom
+    when no bucket applies), with the row's features."""
+    verdict, kind = (missing(buckets, row) or [main_symptom(row)])[0]
+    return Signature(str(row.get("backend")), verdict, kind, features_of(row))
 
 
 def is_new_failure(row: dict) -> bool:
@@ -141,14 +191,18 @@ class Buckets:
         self.deferred: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
 
     def covering(self, row: dict) -> Bucket | None:
-        """The most general bucket that covers a failing row (fewest features: the bug's core), if any."""
-        return _most_general([b for b in self.buckets.values() if covers(b, row)])
+        """The bucket that counts a failing row when buckets explain every symptom of it (`explaining`)."""
+        return explaining(self.buckets.values(), row)
+
+    def target(self, row: dict) -> Signature:
+        """The signature a shrink of this failure keeps: toward the symptom no bucket explains yet."""
+        return target(self.buckets.values(), row)
 
     def observe(self, row: dict) -> Decision:
         """Decide what to do with a generated row; counts it into its bucket when one covers it."""
         if not is_new_failure(row):
             return Decision.IGNORE
-        sig = signature(row)
+        sig = self.target(row)
         bucket = self.covering(row)
         if bucket is not None:
             self._count(bucket, row)
@@ -176,7 +230,7 @@ class Buckets:
 
     def observe_unshrunk(self, row: dict) -> Bucket:
         """A failure whose shrink found nothing to keep: it is its own bucket's case, as found."""
-        sig = signature(row)
+        sig = self.target(row)
         bucket = self.buckets.setdefault(sig.bucket_id, Bucket(sig))
         self._count(bucket, row)
         return bucket
@@ -215,12 +269,13 @@ class Buckets:
         groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
         for row in [*queued, *(r for rows in self.deferred.values() for r in rows)]:
             if self.covering(row) is None:
-                groups[signature(row).coarse].append(row)
+                groups[self.target(row).coarse].append(row)
         self.deferred.clear()
         kept = []
         for rows in groups.values():
             first = min(rows, key=lambda r: (len(features_of(r)), r.get("t") or 0))
-            bucket = self.buckets.setdefault(signature(first).bucket_id, Bucket(signature(first)))
+            sig = self.target(first)
+            bucket = self.buckets.setdefault(sig.bucket_id, Bucket(sig))
             for row in rows:
                 self._count(bucket, row)
             if bucket.minimal is None:
@@ -268,14 +323,15 @@ def assign(rows: list[dict]) -> tuple[dict[str, Bucket], list[str | None]]:
     home: dict[int, Bucket] = {}
     uncovered: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in failing:
-        found = _most_general([b for b in shrunk if covers(b, r)])
+        found = explaining(shrunk, r)
         if found is not None:
             home[id(r)] = found
         else:
-            uncovered[signature(r).coarse].append(r)
+            uncovered[target(shrunk, r).coarse].append(r)
     for group in uncovered.values():
         first = min(group, key=lambda r: (len(features_of(r)), r.get("t") or 0))
-        b = buckets.setdefault(signature(first).bucket_id, Bucket(signature(first)))
+        sig = target(shrunk, first)
+        b = buckets.setdefault(sig.bucket_id, Bucket(sig))
         for r in group:
             home[id(r)] = b
     ids: list[str | None] = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .buckets import Buckets, Decision, is_new_failure, signature
+from .buckets import Buckets, Decision, is_new_failure
 from .progress import Progress
 from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
@@ -153,7 +153,7 @@ class Driver:
         if decision == Decision.SHRINK:
             self.origins[(row["backend"], row["shard"], row["index"])] = row
             self.scheduler.add(Task(TaskKind.SHRINK, row["backend"], shard=row["shard"], size=row["shard_size"],
-                                    target=row["index"], signature=signature(row).coarse))
+                                    target=row["index"], signature=self.buckets.target(row).coarse))
         elif decision == Decision.SAVE and not row.get("sticky"):  # a sticky worker sends its own case
             self._save_unshrunk(row, "not shrunk: " + ("it hung" if row["verdict"] == "timeout" else "its process died"))
 

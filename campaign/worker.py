@@ -23,6 +23,7 @@ from backends.registry import get
 from fuzz.compare import Evaluation, base_row, evaluate
 from fuzz.judge import Verdict
 from fuzz.ledger import known_for
+from fuzz.simplify import simplify
 from fuzz.strategies import Limits, cases, compile_key, compile_slices, warm_up
 from reference.case import Case
 
@@ -314,6 +315,8 @@ class Worker:
                        "note": f"example {task.target} of shard {task.shard} did not fail the same way when "
                                f"drawn again (flaky kernel, or a harness change)"})
             return
+        if not state.get("sticky"):
+            self._simplify(backend, task, target, where, state)
         row, evaluation = state["best"]
         # after a sticky error the best case's tensors live on a dead device: save the case alone
         stem, payload, tensors = case_payload(task.backend, row, None if state.get("sticky") else evaluation)
@@ -323,6 +326,22 @@ class Worker:
                    "signature": list(target) if target else None})
         if state.get("sticky"):
             raise StickyDeviceError(task.label)
+
+    def _simplify(self, backend, task: Task, target, where: dict, state: dict) -> None:
+        """Set the shrunk case's cache dtype, layout and table to their simplest declared values where it
+        still shows the target symptom (fuzz.simplify: hypothesis seldom gets a cache dtype back to auto)."""
+        def still_fails(case: Case) -> bool:
+            row, evaluation = self._evaluate(backend, case, where, check_blind=False)
+            row.update(phase="shrink", t=time.time(), shrinking=f"{task.backend}/{task.shard}/{task.target}")
+            self.send({"type": "row", "row": row})
+            if tuple(target[1:]) in row_symptoms(row):
+                state["best"] = (row, evaluation)
+                return True
+            return False
+
+        best = Case.from_json(state["best"][0]["case"])
+        _, evaluations = simplify(best, backend.caps, still_fails, backend.not_supported_reasons)
+        state["evals"] += evaluations
 
     def _replay(self, task: Task, deadline: float | None) -> None:
         backend, _ = self._loaded(task.backend)  # a replay draws nothing: no strategy to build

@@ -34,6 +34,8 @@ def _cmd_backends(a) -> int:
                   f"layouts={sorted(l.value for l in c.kv_layouts) or ['contiguous']} "
                   f"kv_dtypes={sorted(k.value for k in c.kv_cache_dtypes)} lse_base="
                   f"{c.lse_base.value if c.lse_base else 'none'} paged={c.reads_paged_cache}")
+            if c.encodings:
+                print(f"{'':<{width}}  encodings: " + "; ".join(f"{n}={'|'.join(v)}" for n, v in c.encodings))
             if b.description:
                 print(f"{'':<{width}}  {b.description}")
     return 0

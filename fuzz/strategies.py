@@ -173,6 +173,20 @@ ORACLE_CAPS = Capabilities(
 """Everything the oracle can evaluate: used to test the oracle itself."""
 
 GQA_RATIOS = (1, 2, 3, 4, 5, 7, 8)
+TILE_EDGES = (63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 513)  # where tiled kernels cut keys
+BEYOND = 7  # a window side this far past twice the longest sequence: "wider than the sequence", drawn on purpose
+
+
+def window_sizes(max_kv: int, max_q: int) -> list[int]:
+    """A bounded window side's size class: 0, 1, 2, the tile edges the sequence reaches, the key and the
+    query counts -1 / 0 / +1 (a right side at or past the keys of a q > k sequence still bounds its first
+    rows), and beyond both. Sorted: shrinking goes toward 0."""
+    longest = max(max_kv, max_q)
+    sizes = {0, 1, 2, 2 * longest + BEYOND}
+    for n in (max_kv, max_q):
+        sizes |= {n - 1, n, n + 1}
+    sizes |= {t for t in TILE_EDGES if t <= longest + 1}
+    return sorted(x for x in sizes if x >= 0)
 
 
 def _has(caps: Capabilities, feature: Feature) -> bool:
@@ -365,16 +379,22 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         sequences, cache = draw(shared_prefix(caps, sequences, cache))
 
     max_kv = max([kv_len(attn_type, s) for s in sequences] + [1])
+    max_q = max(s.query_len for s in sequences)
     kernel = {}
+    sizes = window_sizes(max_kv, max_q)
+    boundary = sorted({n + d for n in (max_kv, max_q) for d in (-1, 0, 1) if n + d >= 0})  # where masks are cut
     if attn_type == AttentionType.KERNEL:
-        side = st.none() | st.sampled_from(sorted({0, 1, 2, max(0, max_kv - 1), max_kv, max_kv + 1}))
+        side = st.none() | st.sampled_from(boundary) | st.sampled_from(sizes)
+        right = side if caps.window_right else st.none()
         kernel = dict(causal=draw(st.sampled_from(sorted(caps.causal_modes))),
                       causal_alignment=draw(st.sampled_from(sorted(caps.causal_alignments, key=lambda a: a.value))),
-                      window=_sometimes(draw, caps, Feature.WINDOW, st.tuples(side, side)))
+                      window=_sometimes(draw, caps, Feature.WINDOW, st.tuples(side, right)))
+        if kernel["window"] == (None, None):
+            kernel["window"] = None  # no bound on either side is no window: one spelling (encodings draw the others)
     window = None
     if attn_type not in (AttentionType.ENCODER_DECODER, AttentionType.KERNEL):
-        window = _sometimes(draw, caps, Feature.WINDOW, st.sampled_from(
-            sorted({1, 2, max(1, max_kv - 1), max_kv, max_kv + 1})) | st.integers(1, max_kv + 2))
+        window = _sometimes(draw, caps, Feature.WINDOW, st.sampled_from([w for w in boundary if w >= 1] or [1])
+                            | st.sampled_from([w for w in sizes if w >= 1]) | st.integers(1, max_kv + 2))
     soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, st.sampled_from([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]))
     # Sinks near the scores, and on one head sometimes far above / below them: a kernel's running max must
     # start from the sink (the other heads keep the case able to see mask bugs).

@@ -84,3 +84,40 @@ def test_assign_recomputes_the_live_buckets_from_rows():
 
 def test_crash_classes_ignore_numbers_and_addresses():
     assert crash_class("RuntimeError: CUDA error at 0x7f00 line 12") == crash_class("RuntimeError: CUDA error at 0xdead line 99")
+
+
+def test_a_bucket_does_not_hide_a_second_symptom():
+    b = Buckets()
+    empty = [{"verdict": "contract", "symptom": "empty-row-output", "message": ""}]
+    both = empty + [{"verdict": "mismatch", "symptom": "output", "message": ""}]
+    b.observe(_row("", verdict="contract", symptom="empty-row-output", symptoms=empty, index=1))
+    minimal = dict(_row("", verdict="contract", symptom="empty-row-output", symptoms=empty, index=1),
+                   phase="minimal", bucket_symptom=("contract", "empty-row-output"))
+    contract, _, _ = b.shrunk(("k", "contract", "empty-row-output"), minimal)
+    two = _row("more_queries_than_keys", verdict="mismatch", symptom="output", symptoms=both, index=2)
+    # the contract bucket shows one of its symptoms, not the mismatch: a second bug, shrunk toward the mismatch
+    assert b.covering(two) is None and b.observe(two) == Decision.SHRINK
+    assert b.target(two).coarse == ("k", "mismatch", "output")
+    m2 = dict(_row("more_queries_than_keys", symptoms=both[1:], index=2), phase="minimal",
+              bucket_symptom=("mismatch", "output"))
+    mismatch, new, _ = b.shrunk(("k", "mismatch", "output"), m2, origin=two)
+    assert new and mismatch is not contract and mismatch.count == 1
+    # a row with both bugs is explained by the two together, counted under its main symptom's bucket
+    assert b.observe(dict(two, index=3)) == Decision.COUNT and mismatch.count == 2
+    # and the report's re-bucketing agrees
+    rows = [minimal, m2, dict(two, index=4), _row("", verdict="contract", symptom="empty-row-output",
+                                                 symptoms=empty, index=5)]
+    buckets, ids = assign([dict(r, case_file=f"c{i}.json") if r["phase"] == "minimal" else r
+                           for i, r in enumerate(rows)])
+    assert len(buckets) == 2 and ids[2] == signature(m2).bucket_id and ids[3] == signature(minimal).bucket_id
+
+
+def test_a_row_whose_symptoms_no_bucket_shows_is_its_own_leftover():
+    b = Buckets()
+    lse = [{"verdict": "mismatch", "symptom": "lse", "message": ""}]
+    b.observe(_row("window", index=1))
+    b.shrunk(("k", "mismatch", "output"), dict(_row("window", index=1), phase="minimal",
+                                               bucket_symptom=("mismatch", "output")))
+    b.deferred[("k", "mismatch", "lse")].append(_row("window", symptom="lse", symptoms=lse, index=2))
+    kept = b.leftovers()
+    assert len(kept) == 1 and len(b.buckets) == 2
