@@ -8,7 +8,6 @@ its simplest declared value; the worker keeps the step when the case still shows
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 
 from backends.base import Capabilities
@@ -23,41 +22,51 @@ def simplest_layout(caps: Capabilities) -> KVLayout | None:
     return declared[0] if declared else None
 
 
-def simpler(case: Case, caps: Capabilities) -> Iterator[Case]:
-    """Cases one cache field simpler than `case`, most telling first (each may still fall outside `caps`:
-    the caller checks the declaration)."""
-    cache = case.cache
-    if cache is None:
-        return
-    if cache.quant != Quant():
-        yield replace(case, cache=replace(cache, quant=Quant()))
+def _plain_quant(case: Case, caps: Capabilities) -> Case | None:
+    return None if case.cache.quant == Quant() else replace(case, cache=replace(case.cache, quant=Quant()))
+
+
+def _plain_layout(case: Case, caps: Capabilities) -> Case | None:
     layout = simplest_layout(caps)
-    if layout is not None and cache.layout != layout:
-        yield replace(case, cache=replace(cache, layout=layout))
-    if cache.layers:
-        yield replace(case, cache=replace(cache, layers=0, layer=0))
-    if cache.table not in (BlockTableKind.CONTIGUOUS, BlockTableKind.SHARED_PREFIX):
-        yield replace(case, cache=replace(cache, table=BlockTableKind.CONTIGUOUS))
-    if cache.spare_blocks or cache.padding_slots:
-        yield replace(case, cache=replace(cache, spare_blocks=0, padding_slots=0))
+    return None if layout in (None, case.cache.layout) else replace(case, cache=replace(case.cache, layout=layout))
+
+
+def _no_layers(case: Case, caps: Capabilities) -> Case | None:
+    return replace(case, cache=replace(case.cache, layers=0, layer=0)) if case.cache.layers else None
+
+
+def _contiguous_table(case: Case, caps: Capabilities) -> Case | None:
+    if case.cache.table in (BlockTableKind.CONTIGUOUS, BlockTableKind.SHARED_PREFIX):
+        return None
+    return replace(case, cache=replace(case.cache, table=BlockTableKind.CONTIGUOUS))
+
+
+def _no_spares(case: Case, caps: Capabilities) -> Case | None:
+    if not (case.cache.spare_blocks or case.cache.padding_slots):
+        return None
+    return replace(case, cache=replace(case.cache, spare_blocks=0, padding_slots=0))
+
+
+# Most telling first: a bug that needs none of these fields ends with the plainest cache in at most 5 runs.
+STEPS = (_plain_quant, _plain_layout, _no_layers, _contiguous_table, _no_spares)
 
 
 def simplify(case: Case, caps: Capabilities, still_fails, reasons=None) -> tuple[Case, int]:
-    """Greedily apply each step of `simpler` that keeps `still_fails(case)` true; returns the simplest case
-    and how many evaluations it took. `reasons(case)`: why a case is outside the declaration (skipped)."""
+    """Apply each step in turn to the case so far, keeping it when `still_fails(case)`; returns the simplest
+    case and how many evaluations it took (one per applicable step). `reasons(case)`: why a case is outside
+    the declaration (such a step is skipped)."""
     evaluations = 0
-    progress = True
-    while progress:
-        progress = False
-        for candidate in simpler(case, caps):
-            try:
-                candidate = Case.from_json(candidate.to_json())  # validated, as a saved case would be
-            except (ValueError, TypeError):
-                continue
-            if reasons is not None and reasons(candidate):
-                continue
-            evaluations += 1
-            if still_fails(candidate):
-                case, progress = candidate, True
-                break
+    for step in STEPS:
+        candidate = step(case, caps) if case.cache is not None else None
+        if candidate is None:
+            continue
+        try:
+            candidate = Case.from_json(candidate.to_json())  # validated, as a saved case would be
+        except (ValueError, TypeError):
+            continue
+        if reasons is not None and reasons(candidate):
+            continue
+        evaluations += 1
+        if still_fails(candidate):
+            case = candidate
     return case, evaluations
