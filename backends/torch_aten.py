@@ -100,9 +100,8 @@ class AtenVarlen(Backend):
         causal = case.is_causal  # both kernels align causal masks bottom-right
         scale = spellings.scale_kwargs(case, "scale")
         if self.flash:
-            windowed = "window_size_left" in self.args
-            extra = _window_args(case) if windowed else {}
-            causal = spellings.causal_flag(case) if windowed else causal
+            extra = _window_args(case) if "window_size_left" in self.args else {}
+            causal = spellings.causal_flag(case)  # = is_causal unless the case spells causality as a window
             out, lse = self._op()(q, k, v, cu_q, cu_k, case.max_query_len, case.max_kv_len, 0.0, causal, False,
                                   **scale, **extra)[:2]
             # Packed varlen flash returns LSE [H, total_q].
@@ -127,7 +126,7 @@ def kernel(q, ks, vs):
 '''
         if self.flash:
             window = _window_args(case) if "window_size_left" in self.args else {}
-            causal = spellings.causal_flag(case) if window else case.is_causal
+            causal = spellings.causal_flag(case)
             return head + f'''    # packed varlen flash: causal aligned bottom-right; window (left, right) as the case spells it
     out, lse = op(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, {causal}, False, scale=SCALE, **{window!r})[:2]
     return out, lse.float().transpose(0, 1)[:q.shape[0]]  # LSE comes as [H, total_q]

@@ -93,12 +93,7 @@ def _flash_window(case) -> list[int]:
     """flash-attn's [left, right]; a causal call's right side is 0. An unbounded side is -1 (also for the
     "none" spelling, whose call leaves window_size out when both sides are unbounded), the keys' edge, or
     a number beyond them (backends.spellings)."""
-    left, right = case.window_bounds
-    if case.is_causal:
-        right = 0
-    spell = spellings.unbounded(case, default=spellings.MINUS_ONE)
-    spell = -1 if spell is None else spell
-    return [spell if left is None else left, spell if right is None else right]
+    return [-1 if x is None else x for x in spellings.window_pair(case, spellings.MINUS_ONE, causal_in_window=True)]
 
 
 class VllmBackend(Backend):

@@ -136,7 +136,8 @@ class XformersOp(Backend):
         op = self._op()
         bias = self._bias(inputs)
         if getattr(op, "SUPPORTS_PARTIAL", False):
-            out, lse = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, **spellings.scale_kwargs(case, "scale"), op=op)
+            out, lse = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, op=op,
+                                                               **spellings.scale_kwargs(case, "scale"))
         else:
             out, lse = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias,
                                                                               **spellings.scale_kwargs(case, "scale"), op=op)

@@ -136,9 +136,8 @@ def explaining(buckets, row: dict) -> "Bucket | None":
     buckets = list(buckets)
     if missing(buckets, row):
         return None
-    main = main_symptom(row)
-    return (_most_general([b for b in buckets if applies(b, row) and main in shown(b)])
-            or _most_general([b for b in buckets if applies(b, row) and shown(b) & row_symptoms(row)]))
+    main = main_symptom(row)  # nothing missing: an applicable bucket shows it
+    return _most_general([b for b in buckets if applies(b, row) and main in shown(b)])
 
 
 def target(buckets, row: dict) -> Signature:

@@ -287,10 +287,8 @@ class Worker:
             elif (state["evals"] >= self.config.shrink_examples or self._over(deadline)
                   or time.monotonic() - state["t0"] > self.config.shrink_seconds):
                 return  # out of shrink budget: every candidate now "passes", so hypothesis keeps the best so far
-            row, evaluation = self._evaluate(backend, case, where, check_blind=False)  # failing or not: no pass to doubt
+            row, evaluation = self._shrink_step(backend, task, case, where)
             state["evals"] += 1
-            row.update(phase="shrink", t=time.time(), shrinking=f"{task.backend}/{task.shard}/{task.target}")
-            self.send({"type": "row", "row": row})
             if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
                 state["gone"] = state["sticky"] = True  # this process's device is unusable from here on
                 return
@@ -327,13 +325,18 @@ class Worker:
         if state.get("sticky"):
             raise StickyDeviceError(task.label)
 
+    def _shrink_step(self, backend, task: Task, case: Case, where: dict) -> tuple[dict, Evaluation | None]:
+        """Evaluate one candidate of a shrink and send its row (failing or not: no pass to doubt, no blind check)."""
+        row, evaluation = self._evaluate(backend, case, where, check_blind=False)
+        row.update(phase="shrink", t=time.time(), shrinking=f"{task.backend}/{task.shard}/{task.target}")
+        self.send({"type": "row", "row": row})
+        return row, evaluation
+
     def _simplify(self, backend, task: Task, target, where: dict, state: dict) -> None:
         """Set the shrunk case's cache dtype, layout and table to their simplest declared values where it
         still shows the target symptom (fuzz.simplify: hypothesis seldom gets a cache dtype back to auto)."""
         def still_fails(case: Case) -> bool:
-            row, evaluation = self._evaluate(backend, case, where, check_blind=False)
-            row.update(phase="shrink", t=time.time(), shrinking=f"{task.backend}/{task.shard}/{task.target}")
-            self.send({"type": "row", "row": row})
+            row, evaluation = self._shrink_step(backend, task, case, where)
             if tuple(target[1:]) in row_symptoms(row):
                 state["best"] = (row, evaluation)
                 return True

@@ -57,12 +57,11 @@ def simplify(case: Case, caps: Capabilities, still_fails, reasons=None) -> tuple
     the declaration (such a step is skipped)."""
     evaluations = 0
     for step in STEPS:
-        candidate = step(case, caps) if case.cache is not None else None
-        if candidate is None:
-            continue
         try:
-            candidate = Case.from_json(candidate.to_json())  # validated, as a saved case would be
-        except (ValueError, TypeError):
+            candidate = step(case, caps) if case.cache is not None else None
+        except ValueError:  # Case validates itself: a combination it refuses is no simpler case
+            continue
+        if candidate is None:
             continue
         if reasons is not None and reasons(candidate):
             continue

@@ -177,16 +177,19 @@ TILE_EDGES = (63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 513)  # where 
 BEYOND = 7  # a window side this far past twice the longest sequence: "wider than the sequence", drawn on purpose
 
 
+def window_boundary(max_kv: int, max_q: int) -> list[int]:
+    """The key and query counts -1 / 0 / +1, where a window side starts or stops cutting rows (a right side
+    at or past the keys of a q > k sequence still bounds its first rows)."""
+    return sorted({n + d for n in (max_kv, max_q) for d in (-1, 0, 1) if n + d >= 0})
+
+
 def window_sizes(max_kv: int, max_q: int) -> list[int]:
-    """A bounded window side's size class: 0, 1, 2, the tile edges the sequence reaches, the key and the
-    query counts -1 / 0 / +1 (a right side at or past the keys of a q > k sequence still bounds its first
-    rows), and beyond both. Sorted: shrinking goes toward 0."""
+    """A bounded window side's size class: 0, 1, 2, the tile edges the sequence reaches, `window_boundary`,
+    and beyond both counts. Sorted: shrinking goes toward 0."""
     longest = max(max_kv, max_q)
-    sizes = {0, 1, 2, 2 * longest + BEYOND}
-    for n in (max_kv, max_q):
-        sizes |= {n - 1, n, n + 1}
+    sizes = {0, 1, 2, 2 * longest + BEYOND, *window_boundary(max_kv, max_q)}
     sizes |= {t for t in TILE_EDGES if t <= longest + 1}
-    return sorted(x for x in sizes if x >= 0)
+    return sorted(sizes)
 
 
 def _has(caps: Capabilities, feature: Feature) -> bool:
@@ -382,7 +385,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     max_q = max(s.query_len for s in sequences)
     kernel = {}
     sizes = window_sizes(max_kv, max_q)
-    boundary = sorted({n + d for n in (max_kv, max_q) for d in (-1, 0, 1) if n + d >= 0})  # where masks are cut
+    boundary = window_boundary(max_kv, max_q)  # weighted: where masks start or stop cutting
     if attn_type == AttentionType.KERNEL:
         side = st.none() | st.sampled_from(boundary) | st.sampled_from(sizes)
         right = side if caps.window_right else st.none()
