@@ -31,6 +31,6 @@ backends: $(STAMP)
 clean:
 	rm -rf $(VENV) $(OUT) .attnref .hypothesis
 
-# On a CUDA machine after the wheel staging calls (README "GPU runs").
+# On a CUDA machine after the wheel staging calls (docs/gpu-offline.md).
 fuzz-gpu:
 	bash tools/gpu-setup.sh && bash tools/gpu-campaign.sh

@@ -92,8 +92,9 @@ class FlashInfer(Backend):
                                  {AttentionType.DECODER, AttentionType.ENCODER_DECODER, AttentionType.KERNEL}),
             window_right=False, causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
             # fa3: flashinfer/utils.py is_fa3_backend_supported() takes no positional encoding (ALiBi) and an fp8
-            # cache only with fp8 queries (FlashInfer PR #2536); measured on an H100 (session 12): its sm90 module
-            # for f16 queries over an e4m3 cache fails to build (nvcc, batch_prefill_ragged_sm90_kernel_mask_0.cu).
+            # cache only with fp8 queries (FlashInfer PR #2536); measured on an H100
+            # (benchmarks/results/campaigns/flashinfer-fa3-cascade-h100-2026-11-24.md): its sm90 module for f16 queries over an
+            # e4m3 cache fails to build (nvcc, batch_prefill_ragged_sm90_kernel_mask_0.cu).
             features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT}
                                | (set() if fa3 else {Feature.ALIBI})
                                | (set() if decode else {Feature.PAGED_KERNEL, Feature.MORE_QUERIES_THAN_KEYS})),
@@ -151,9 +152,11 @@ class FlashInfer(Backend):
         if case.alibi is not None:
             # FlashInfer's bias is slope * (kv_idx - qo_idx), qo_idx counting the sequence's new tokens only
             # (variants.cuh; decode passes qo_idx = 0), not slope * (k - q): a per-row constant the output does
-            # not see. Measured on an H100: decode LSE = oracle + slope * q (session 8), prefill-fa2 LSE =
-            # oracle + slope * (context length) on every row (session 11, tools/lse-offset.py on
-            # tools/cases/flashinfer-prefill-alibi-context.json). The Case's LSE is the oracle's convention.
+            # not see. Measured on an H100: decode LSE = oracle + slope * q
+            # (campaigns/compile-slices-sanitizer-h100-2026-11-23.md), prefill-fa2 LSE = oracle + slope * (context
+            # length) on every row (probes/flashinfer-prefill-alibi-lse-h100-2026-11-24.txt,
+            # tools/analysis/lse-offset.py on tools/cases/flashinfer-prefill-alibi-context.json). The Case's LSE is
+            # the oracle's convention.
             lse = lse - alibi_context_term(case, inputs.alibi_slopes).to(lse.device)
         return Actual(output=out, lse=lse, notes=first_call_note(_SEEN, key, t0))
 
@@ -168,8 +171,8 @@ class FlashInferCascade(Backend):
     name = "flashinfer-cascade"
     library = "flashinfer"
     description = "flashinfer.MultiLevelCascadeAttentionWrapper(2 levels): shared prefix + per-sequence suffix, merge_state"
-    # its levels are fa2 prefill modules: an nvcc JIT build per combination, as the wrappers above (undeclared until
-    # session 11, so its first calls met the plain example timeout: 8 of 8 timed out at 240 s on an H100)
+    # its levels are fa2 prefill modules: an nvcc JIT build per combination, as the wrappers above (without these
+    # keys its first calls met the plain example timeout: 8 of 8 timed out at 240 s on an H100)
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")
     compiled_features = (Feature.SOFT_CAP,)
     caps = Capabilities(
@@ -261,7 +264,8 @@ class FlashInferMLA(Backend):
         except Exception as e:
             # plan() refuses batches where its native scheduler (ceil) and kernel (floor) disagree on a causal
             # KV tile and a visible key would be lost (_validate_fa_causal_tile_bound): FlashInfer's own guard,
-            # met 11 times in 30,291 MLA examples on an H100 (session 11). A refusal, not a crash.
+            # met 11 times in 30,291 MLA examples on an H100
+            # (campaigns/flashinfer-alibi-softcap-10k-h100-2026-11-24.md). A refusal, not a crash.
             if type(e).__name__ == "_BackendPlanUnsupportedError":
                 raise Unsupported(str(e)) from e
             raise

@@ -1,4 +1,4 @@
-"""vLLM 0.26.0 kernels added in session 5: `chunked_prefill_paged_decode`, and the per-token-head cache
+"""vLLM 0.26.0 kernels: `chunked_prefill_paged_decode`, and the per-token-head cache
 writer feeding unified attention.
 
 `vllm-chunked-paged-decode` (v1/attention/ops/chunked_prefill_paged_decode.py):

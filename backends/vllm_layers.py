@@ -235,8 +235,8 @@ def vllm_layer_backends() -> list[Backend]:
         # fp8 / int8 per-token-head writes are read back from the inline-scale layout (`oracle_form_cache`): the
         # write is judged and the attention is judged over the codes vLLM wrote. int4_per_token_head is not
         # declared: its writer's Hadamard kernel has a known defect (ledger: vllm-pth-writes-cache) and its
-        # attention drops chunk_lookback (session 9's repro), both covered by vllm-pth-writes-cache and
-        # vllm-triton-unified; here they would bury anything new under known rows.
+        # attention drops chunk_lookback (benchmarks/results/repro/vllm-int4-drops-mask-rules.py), both covered by
+        # vllm-pth-writes-cache and vllm-triton-unified; here they would bury anything new under known rows.
         kv_cache_dtypes=frozenset(KV_DTYPE_STRINGS) - {KVCacheDType.INT4_PER_TOKEN_HEAD})
     flash = replace(_BASE, head_sizes=(64, 96, 128, 192, 256),
                     block_tables=frozenset(BlockTableKind),

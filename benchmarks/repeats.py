@@ -4,7 +4,7 @@ Draws the first `--per` counted examples of `--shards` generation shards, as cam
 fixed-prefix filter, the per-shard repeat filter, hypothesis' settings), without running any kernel, and reports
 the share of cases drawn by more than one shard: with the fixed-prefix filter, and without it (skip nothing) in
 the same run. With `--focus` every shard draws from the backend's first compile slice of a bf16 / head-128 focus,
-the narrow strategies of the GPU campaigns (where session 14 measured 2.0-3.6 % repeats).
+the narrow strategies of the GPU campaigns (where the 2026-11-24 FA4 / flex / xformers run measured 2.0-3.6 % repeats).
 
 Usage: python benchmarks/repeats.py [--backend B ...] [--shards 20] [--per 100] [--focus]
 """

@@ -204,6 +204,13 @@ def _cmd_repro(a) -> int:
     return 0
 
 
+def _cmd_findings(a) -> int:
+    from findings.render import render
+
+    sys.stdout.write(render())
+    return 0
+
+
 def _cmd_schema(a) -> int:
     from .caseio import case_schema
 
@@ -277,6 +284,9 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--backend")
     rp.add_argument("-o", "--output", help="write the script here (default: stdout)")
     rp.set_defaults(func=_cmd_repro)
+
+    fi = sub.add_parser("findings", help="the findings catalog as Markdown (what FINDINGS.md holds)")
+    fi.set_defaults(func=_cmd_findings)
 
     sc = sub.add_parser("schema", help="print the JSON Schema of a Case")
     sc.set_defaults(func=_cmd_schema)

@@ -99,15 +99,17 @@ TOKEN_HEAD_STEP = {
 }
 SCALE_RTOL = 2.0 ** -20  # a float32 scale computed another way (a reciprocal, fused multiply): a few ulps
 # A code that differs from the oracle's is a tie flipped by those ulps only where the exact quotient x / scale sits
-# that close to the midpoint between the two codes. Session 13 (H100): 3 of 2,297 fp8 writes had 3-6 such flips in
-# 256-768 codes (bf16 inputs land on fp8 midpoints often), which a 1 % share bound had failed.
+# that close to the midpoint between the two codes. On an H100 3 of 2,297 fp8 writes had 3-6 such flips in 256-768
+# codes (bf16 inputs land on fp8 midpoints often), which a 1 % share bound had failed
+# (benchmarks/results/campaigns/vllm-flashinfer-10k-h100-2026-11-24.md).
 TIE_RTOL = 2.0 ** -19
 
 
 def judge_token_head_write(expected_cache, written, raw: RawValues | None = None) -> list[Symptom]:
     """fp8 / int8 per-token-head writers compute scale = amax / QMAX in float32 their own way (vLLM's is a few
-    ulps off the correctly rounded quotient: session 6; 3,886 of 4,317 fp8 writes failed a byte-for-byte check
-    in session 12), so a code may flip where x / scale sits on a rounding tie. Where bytes differ, each scale
+    ulps off the correctly rounded quotient: 3,886 of 4,317 fp8 writes failed a byte-for-byte check on an H100,
+    campaigns/flashinfer-fa3-cascade-h100-2026-11-24.md), so a code may flip where x / scale sits on a rounding tie.
+    Where bytes differ, each scale
     must be within SCALE_RTOL of the oracle's and each dequantized element, code * scale, within one code step;
     a different code must sit on a tie: the exact quotient of its unquantized value (`raw()`, called once and only
     when a code differs: `raw_by_slot`; no `raw`: no code may differ) within TIE_RTOL of the midpoint between the

@@ -34,7 +34,7 @@ __all__ = ["Evaluation", "Verdict", "base_row", "evaluate", "score_elements", "O
 
 # Score elements up to which the oracle runs on the CPU when the kernel runs on a GPU: the measured
 # break-even of one CPU thread against a GPU shared by 16 workers (H100: 32k elements 48 vs 65 ms,
-# 262k elements 362 vs 112 ms; benchmarks/results/oracle-device-h100-2026-11-23.md).
+# 262k elements 362 vs 112 ms; benchmarks/results/oracle/device-crossover-h100-2026-11-23.md).
 ORACLE_CPU_MAX = 1 << 16
 
 
@@ -84,7 +84,7 @@ _ERROR_LINE = re.compile(r"\berrors?\b|\bfatal\b", re.IGNORECASE)
 def crash_message(e: BaseException, limit: int = 2000) -> str:
     """The kernel's exception as the row's message, at most `limit` characters. A longer one keeps its head and
     then its lines that name an error: a JIT build log (FlashInfer's Ninja output) has the compiler's errors
-    in its middle, which neither a plain cut nor the traceback's tail kept (session 12)."""
+    in its middle, which neither a plain cut nor the traceback's tail kept (campaigns/flashinfer-fa3-cascade-h100-2026-11-24.md)."""
     text = f"{type(e).__name__}: {e}"
     if len(text) <= limit:
         return text

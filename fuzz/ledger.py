@@ -102,13 +102,13 @@ KNOWN: tuple[Finding, ...] = (
     Finding("vllm-pth-writes-cache", _int4, "https://github.com/vllm-project/vllm/issues/57014",
             "hadacore_transform (the Hadamard kernel of vLLM's int4 cache writer) reads stale shared memory for "
             "its last rows: codes 7-15 quanta off in about 1 of 10 int4 writes. The issue reports inputs over "
-            "8,192 rows; on an H100 it also happens at 9-62 rows (tools/probe-hadacore.py)",
+            "8,192 rows; on an H100 it also happens at 9-62 rows (tools/analysis/probe-hadacore.py)",
             symptom=r"int4 cache decodes"),
     *(Finding(name, _sink_overflows_float32, "https://github.com/Dao-AILab/flash-attention/pull/2752",
               "FA4's Softmax.finalize adds the sink as exp2((sink - row max) log2 e) after the key loop, the max never "
               "taking the sink in: a sink 88.72 (128 ln 2) above every score of a row overflows float32 and the LSE is "
               "+inf (the output, scaled by 1/inf, is right to e^-88). Raised in that PR's review for SM80 / SM120; "
-              "measured here on SM90, flash-attn-4 4.0.0b36 (tools/emulate-fa4-sink-overflow.py: 481 of 481 rows)",
+              "measured here on SM90, flash-attn-4 4.0.0b36 (tools/analysis/emulate-fa4-sink-overflow.py: 481 of 481 rows)",
               symptom=r"NaN/Inf LSE")
       for name in ("fa4-varlen", "fa4-paged")),
 )

@@ -436,7 +436,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         # Over a hundred keys a row's weight spreads so thin that a one-key shift of a full row (cross
         # attention, a decode's last query) hides under the tolerance in every other class (21-31 % of such
         # cross-attention cases were blind): EDGE keeps real weight on each sequence's last key, in 8 of 13 draws
-        # (4 of 9 left vLLM's split-KV decode 8.8 % blind on the CPU twins: benchmarks/results/session11-*.md)
+        # (4 of 9 left vLLM's split-KV decode 8.8 % blind on the CPU twins:
+        # campaigns/flashinfer-alibi-softcap-10k-h100-2026-11-24.md)
         classes = [ValueDistribution.EDGE, *classes, *[ValueDistribution.EDGE] * 7]
     distribution = draw(st.sampled_from(classes))
     if distribution == ValueDistribution.OUTLIERS:  # its 8x channels and tokens already make 64x logits: a larger

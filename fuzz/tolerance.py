@@ -31,7 +31,7 @@ class ToleranceRule:
     why: str
 
 
-# One table, calibrated on correct backends (benchmarks/calibrate.py; README "Tolerances").
+# One table, calibrated on correct backends (README "The tolerance rule and verdicts").
 RULES: dict[DType, ToleranceRule] = {
     DType.FLOAT32: ToleranceRule(4.0, 3.0, 1e-6, 4.0, 1e-5,
                                  "fp32 kernels reorder sums (online softmax, split-K): a few ulps above a plain fp32 pass"),

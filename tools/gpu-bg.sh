@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run ON THE DEVICE (repo root): a campaign longer than one device call. The device keeps a process session
 # running between calls while the machine is held (calls back to back, under 30 s apart); each call is at
-# most 10 minutes, and an nvcc-built sm90 FlashInfer module alone took over 4 minutes (session 11).
+# most 10 minutes, and an nvcc-built sm90 FlashInfer module alone took over 4 minutes
+# (benchmarks/results/campaigns/flashinfer-alibi-softcap-10k-h100-2026-11-24.md).
 #   bash tools/gpu-bg.sh start NAME [VAR=VALUE ...]   tools/gpu-campaign.sh with those variables, in its own
 #                                                     session (setsid); RES=/tmp/bg-NAME unless given
 #   bash tools/gpu-bg.sh hold SECONDS                 keep the call (and the machine) busy while any started

@@ -32,7 +32,7 @@ path_for() {  # path_for BACKEND: the PYTHONPATH its replay needs (xformers apar
              *) echo "${PYTHONPATH:-}" ;; esac
 }
 pack() {  # rows, cases, coverage and summary, xz: what `attnref report` rebuilds the rest from (the full folder
-  # grew past what a device call brings back: 72 MB of rows, 50 MB of results.csv in one session)
+  # grew past what a device call brings back: 72 MB of rows, 50 MB of results.csv in one device call)
   tar cJf "$OUT/gpu-results.tar.xz" -C "$(dirname "$RES")" --exclude='*.pt' --exclude=results.csv \
     --exclude=results.parquet --exclude=junit.xml --exclude=report "$(basename "$RES")"
 }
@@ -64,7 +64,7 @@ for g in $PARTS; do
       run "${PYTHONPATH:-}" "${TIME_NEWTORCH:-200}" $(avail "${PYTHONPATH:-}" "${NEWTORCH_RE:-(^aten-|^torch-varlen$)}") ;;
     flexflash)  # flex_attention with kernel_options BACKEND="FLASH" (needs flash_attn.cute)
       run "${PYTHONPATH:-}" "${TIME_FLEXFLASH:-120}" $(avail "${PYTHONPATH:-}" '^flex-flash-cuda$') ;;
-    ficover)  # session 10: every FlashInfer backend over its whole declared space, one compile slice (dtype x head
+    ficover)  # every FlashInfer backend over its whole declared space, one compile slice (dtype x head
       # x kv dtype x keyed features) per shard, so that each declared value is drawn despite the nvcc JIT
       FUZZ_ARGS="--compile-slices" run "${PYTHONPATH:-}" "${TIME_FICOVER:-420}" $(avail "${PYTHONPATH:-}" '^flashinfer-') ;;
     finew)  # FlashInfer's fa3 prefill, multi-level cascade and MLA, each in a JIT-friendly focus
@@ -72,10 +72,10 @@ for g in $PARTS; do
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}" "${TIME_CASCADE:-120}" $(avail "${PYTHONPATH:-}" '^flashinfer-cascade$')
       LIMITS="$FOCUS_MLA" \
         run "${PYTHONPATH:-}" "${TIME_MLA:-180}" $(avail "${PYTHONPATH:-}" '^flashinfer-mla-') ;;
-    fiprobe)  # session 11: which query position FlashInfer's prefill ALiBi bias leaves out of the LSE
-      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 tools/lse-offset.py tools/cases/flashinfer-prefill-alibi-context.json \
+    fiprobe)  # which query position FlashInfer's prefill ALiBi bias leaves out of the LSE
+      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 300 python3 tools/analysis/lse-offset.py tools/cases/flashinfer-prefill-alibi-context.json \
         > "$OUT/fi-alibi-lse.txt" 2>&1 ;;
-    ficells)  # session 11: the cells session 10 left at zero: fa3 prefill and cascade (their first nvcc compiles
+    ficells)  # the cells ficover leaves near zero: fa3 prefill and cascade (their first nvcc compiles
       # outran the example timeout; now --compile-timeout, but an sm90 module still took > 4 min to build with 16
       # builds at once: 250 s drew none), decode-tc's fp8 / ALiBi slices (drawn)
       FUZZ_ARGS="--compile-slices" run "${PYTHONPATH:-}" "${TIME_FICELLS:-300}" $(avail "${PYTHONPATH:-}" '^flashinfer-(prefill-fa3|cascade)$')
@@ -94,29 +94,29 @@ for g in $PARTS; do
         $(avail "${PYTHONPATH:-}" '(^torch-sdpa-.*cuda$|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^flex-cuda$|^flex-flash-cuda$|^fa4-varlen$)') ;;
     vllm)  # vLLM's own kernels (tools/stage-vllm.sh first)
       run "${PYTHONPATH:-}" "${TIME_VLLM:-240}" $(avail "${PYTHONPATH:-}" '^vllm-' | grep -v '^vllm-backend-') ;;
-    vllmnew)  # session 5: chunked_prefill_paged_decode, the per-token-head writer, unified attention over those caches
+    vllmnew)  # chunked_prefill_paged_decode, the per-token-head writer, unified attention over those caches
       run "${PYTHONPATH:-}" "${TIME_VLLMNEW:-120}" $(avail "${PYTHONPATH:-}" '^vllm-(chunked-paged-decode|pth-writes-cache)$')
       LIMITS='{"kv_cache_dtypes": ["int8_per_token_head", "fp8_per_token_head"]}' \
         run "${PYTHONPATH:-}" "${TIME_VLLMPTH:-90}" $(avail "${PYTHONPATH:-}" '^vllm-triton-unified$') ;;
-    vllmrules)  # session 6: vLLM's PrefixLM / R-SWA / chunk-lookback / qq_bias rules, vLLM's own FA4, and the whole
+    vllmrules)  # vLLM's PrefixLM / R-SWA / chunk-lookback / qq_bias rules, vLLM's own FA4, and the whole
       # TRITON_ATTN backend with ranges and lookback; FLASH_ATTN whole for the false-alarm count
       run "${PYTHONPATH:-}" "${TIME_VLLMRULES:-90}" $(avail "${PYTHONPATH:-}" '^vllm-triton-unified$')
       LIMITS="$FOCUS_JIT" run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFA4:-90}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-fa4-paged$')
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMTRITON:-70}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-triton$')
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFLASH:-50}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-flash$') ;;
-    vllmint4)  # session 9: int4 per-token-head caches (Hadamard-rotated nibbles): unified attention, vLLM's
+    vllmint4)  # int4 per-token-head caches (Hadamard-rotated nibbles): unified attention, vLLM's
       # writer, TRITON_ATTN whole; then the standalone reproducer of the mask rules its dispatch drops
       INT4='{"kv_cache_dtypes": ["int4_per_token_head"], "head_sizes": [32, 64, 128, 256]}'
       LIMITS="$INT4" run "${PYTHONPATH:-}" "${TIME_VLLMINT4:-120}" $(avail "${PYTHONPATH:-}" '^vllm-(triton-unified|pth-writes-cache)$')
       LIMITS="$INT4" run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMINT4WHOLE:-90}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-triton$')
-      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 120 python3 benchmarks/results/repro-vllm-int4-drops-mask-rules.py \
+      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 120 python3 benchmarks/results/repro/vllm-int4-drops-mask-rules.py \
         > "$OUT/repro-int4.txt" 2>&1; echo "exit $?" >> "$OUT/repro-int4.txt" ;;
-    vllmcp)  # session 10: FA3's context-parallel arguments (vllm-fa3-cp), FLEX_ATTENTION whole, then the blind share
-      # of the merges and split-KV decode (session 9 changed the outliers class after their last GPU measure)
+    vllmcp)  # FA3's context-parallel arguments (vllm-fa3-cp), FLEX_ATTENTION whole, then the blind share
+      # of the merges and split-KV decode (re-measured after the outliers class put the edge key among them)
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMCP:-150}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-fa3-cp$')
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMFLEX:-200}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" '^vllm-backend-flex$')
       run "${PYTHONPATH:-}" "${TIME_VLLMBLIND:-0}" $(avail "${PYTHONPATH:-}" '^vllm-(merge-cuda|merge-triton|triton-decode)$')
-      PYTHONPATH=$BASE:${PYTHONPATH:-}:/tmp/vdeps timeout 120 python3 benchmarks/results/repro-vllm-dcp-combine-head-size.py \
+      PYTHONPATH=$BASE:${PYTHONPATH:-}:/tmp/vdeps timeout 120 python3 benchmarks/results/repro/vllm-dcp-combine-head-size.py \
         > "$OUT/repro-dcp.txt" 2>&1; echo "exit $?" >> "$OUT/repro-dcp.txt" ;;
     vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" "${VLLMWHOLE_RE:-^vllm-backend-}") ;;
@@ -150,7 +150,7 @@ for g in $PARTS; do
   pack 2>/dev/null
 done
 # the report and the throughput table read every row (minutes for 50,000 rows): cut to what BUDGET leaves (a call
-# with BUDGET=520 ran past its 600-s limit in the report, session 11); the rows are packed already
+# with BUDGET=520 ran past its 600-s limit in the report); the rows are packed already
 left=$(( DEADLINE - $(date +%s) + 20 )); [ "$left" -lt 10 ] && left=10
 PYTHONPATH=$BASE timeout $left python3 -m cli report "$RES" >> "$OUT/campaign.log" 2>&1
 left=$(( DEADLINE - $(date +%s) + 40 )); [ "$left" -lt 10 ] && left=10

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run ON THE DEVICE (repo root) after the staging calls (README "GPU runs"): an untold campaign, as a new
+# Run ON THE DEVICE (repo root) after the staging calls (docs/gpu-offline.md): an untold campaign, as a new
 # user runs it (no --limits, no --compile-slices), of the backends in BACKENDS for SECS seconds, then the
 # report. Into $OUT: NAME.log (device, versions, the campaign's closing lines), NAME-summary.md,
 # NAME-coverage.csv, NAME-rows.jsonl.xz (every generated row, digested: tools/rows-digest.py) and

@@ -6,8 +6,9 @@ import pytest
 from backends.registry import get, listings
 from fuzz.probes import PROBES, run_probes
 
-# torch-sdpa-cpu-flash dies by SIGFPE on an empty side (ledger); flex-compiled compiles every probe for
-# tens of seconds on 2 cores and crashes on several (README "findings"): both run in `attnref probe`.
+# torch-sdpa-cpu-flash dies by SIGFPE on an empty side (ledger); flex-compiled compiles every probe for tens of
+# seconds on 2 cores and crashes on several (FINDINGS.md: cpu-flash-sigfpe, flex-compiled-cpu-dynamic): both run in
+# `attnref probe`.
 CPU_BACKENDS = [x.backend.name for x in listings() if x.available and x.backend.device() == "cpu"
                 and x.backend.name not in ("torch-sdpa-cpu-flash", "flex-compiled")]
 

@@ -1,5 +1,5 @@
 """TRITON_ATTN's per-token-head cache (scales inline after each half's codes) read back into the oracle's form,
-so the whole backend's writes are judged and its attention is judged over the codes it wrote (session 12:
+so the whole backend's writes are judged and its attention is judged over the codes it wrote (campaigns/flashinfer-fa3-cascade-h100-2026-11-24.md:
 69 rows were judged over the oracle's codes instead). The packing here follows vLLM 0.26.0's documented
 layout (`get_kv_cache_shape`, `_ensure_scale_caches`) and is written independently of the converter."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """tools/gpu-bg.sh, the device's campaigns across calls, run here on a CPU backend: started in its own
 process session, stopped with SIGINT by `pack`, flushed, and brought back as two files (a device call returns
-8 at most: session 12 lost one campaign's files to that)."""
+8 at most: a 2026-11-24 H100 run lost one campaign's files to that)."""
 import os
 import shutil
 import subprocess

@@ -194,7 +194,7 @@ def test_an_int4_cache_write_may_flip_a_tie_but_not_move_a_code_further():
 
 def test_a_crash_row_keeps_the_compiler_errors_from_the_middle_of_a_long_build_log():
     """FlashInfer's 'Ninja build failed' message is a build log: its nvcc errors sit between kilobytes of
-    command lines, and a plain 2,000-character cut (session 12) lost them."""
+    command lines, and a plain 2,000-character cut lost them (campaigns/flashinfer-fa3-cascade-h100-2026-11-24.md)."""
     from fuzz.compare import crash_message
 
     command = "[3/11] /usr/local/cuda/bin/nvcc -c kernel_mask_0.cu " + "-Iinclude " * 120
@@ -211,9 +211,9 @@ def test_a_crash_row_keeps_the_compiler_errors_from_the_middle_of_a_long_build_l
 
 @pytest.mark.parametrize("kvd", [r.KVCacheDType.FP8_PER_TOKEN_HEAD, r.KVCacheDType.INT8_PER_TOKEN_HEAD])
 def test_a_per_token_head_write_may_round_its_scale_and_flip_a_tie_but_nothing_else(kvd):
-    """vLLM's writer computes amax / QMAX a few ulps off the correctly rounded quotient (session 6): 90 % of its
-    fp8 writes failed a byte-for-byte check (session 12), and a 1 % share bound on flipped codes still failed 3 of
-    2,258 (session 13). A scale some ulps off, and a code one step off where the exact quotient sits on the
+    """vLLM's writer computes amax / QMAX a few ulps off the correctly rounded quotient: 90 % of its
+    fp8 writes failed a byte-for-byte check (campaigns/flashinfer-fa3-cascade-h100-2026-11-24.md), and a 1 % share bound on flipped codes still failed 3 of
+    2,258 (campaigns/vllm-flashinfer-10k-h100-2026-11-24.md). A scale some ulps off, and a code one step off where the exact quotient sits on the
     midpoint, are that; the same flip away from a tie, a code three steps off, every code one step toward zero
     (truncation), a scale 1 % off or a write into an untouched slot is a broken writer."""
     from fuzz.cache_write import judge_cache_write, raw_by_slot

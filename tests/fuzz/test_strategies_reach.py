@@ -169,7 +169,7 @@ def test_a_focus_whose_kv_dtypes_cannot_hold_the_model_dtype_draws_the_declared_
 
 def test_alibi_is_drawn_only_with_the_attention_types_it_is_declared_for():
     """FlashInfer's ALiBi is declared for decoders only: drawing it in cross attention and then refusing it
-    wasted a third of a JIT campaign's rows (session 7)."""
+    wasted a third of a JIT campaign's rows (false-alarms/torch-xformers-jit-h100-2026-11-23.md)."""
     caps = dataclasses.replace(ORACLE_CAPS, alibi_attn_types=frozenset({r.AttentionType.DECODER}))
     draws = _draws(caps, n=300)
     assert any(c.alibi is not None for c in draws)

@@ -47,7 +47,8 @@ def test_report_builds_every_artifact(tmp_path):
 
 
 def test_a_row_without_summary_fields_does_not_stop_the_report(tmp_path):
-    # a timeout row written before beats carried the summary (sessions <= 10) has only backend, case and verdict
+    # a timeout row written before beats carried the summary (rows.jsonl of attnref before 2026-11-24) has only
+    # backend, case and verdict
     _synthetic(tmp_path)
     RowStore(tmp_path).append({"backend": "b0", "verdict": "timeout", "phase": "generate", "case": "{}",
                                "message": "no result within 240s; worker killed", "worker_died": True})

@@ -1,0 +1,112 @@
+"""Catalog rows that are not kernel defects: API conventions, library limitations, open cases, harness fixes.
+
+Conventions are where libraries disagree and each backend declares its own (the Case names the
+convention; the oracle never guesses): they are not bugs, and a probe or adapter handles each.
+"""
+from __future__ import annotations
+
+from .model import FLASHINFER, TORCH_CPU, TORCH_CUDA, VLLM, XFORMERS, Entry, Kind
+
+C, L, O = Kind.CONVENTION, Kind.LIMITATION, Kind.OPEN
+PROBES = "probes/h100-2026-11-22.txt"
+
+CONVENTIONS = (
+    Entry("lse-base", C, f"{FLASHINFER}; {TORCH_CUDA}", "every API that returns an LSE",
+          "FlashInfer returns base-2 LSEs, torch, FA4, xformers and vLLM's FA3 natural-log ones; the Case's LSE is "
+          "natural-log and base-2 adapters convert (`lse_from_base2`); the lse_base probe checks each declaration.",
+          results=PROBES, status="convention"),
+    Entry("empty-row-lse", C, f"{TORCH_CUDA}; {VLLM}", "aten._flash_attention_forward; merge_attn_states",
+          "A row with no visible key: torch's flash returns LSE +inf (vLLM's merge reads +inf as empty), "
+          "the CPU flash kernel 0, most others -inf; each backend declares `empty_row_lse`.",
+          ("aten-flash-varlen-5f7add1704.json",), "campaigns/torch-fa4-flashinfer-h200-2026-11-22.md",
+          device="H200, CPU", status="convention"),
+    Entry("causal-alignment", C, TORCH_CUDA, "SDPA is_causal / causal_upper_left vs flash-attn, FA4, causal_lower_right",
+          "With more queries than keys SDPA's is_causal aligns the mask top-left (query j at key j), flash-attn, FA4 "
+          "and FlashInfer bottom-right (the last query at the last key): `Case.causal_alignment` names it.",
+          results=PROBES, status="convention"),
+    Entry("alibi-sign", C, f"{TORCH_CUDA}; {VLLM}", "ALiBi in vLLM's kernels vs flash-attn non-causal",
+          "ALiBi as slope x (k - q) (vLLM) or -slope x |k - q| (flash-attn without causality) or -slope x sqrt(q - k) "
+          "(vLLM's use_alibi_sqrt): equal under a causal mask, different without one; `AlibiConvention` names it.",
+          status="convention"),
+    Entry("flashinfer-alibi-lse", C, FLASHINFER, "BatchDecode / BatchPrefill with pos_encoding_mode='ALIBI'",
+          "FlashInfer's ALiBi bias is slope x k, so its LSE differs from the Case's slope x (k - q) by slope x q on "
+          "decode and slope x (context length) on prefill; the adapters convert (`tools/analysis/lse-offset.py`).",
+          ("flashinfer-decode-alibi-fp8-window-lse.json",), "campaigns/compile-slices-sanitizer-h100-2026-11-23.md",
+          status="convention"),
+    Entry("varlen-attn-lse-layout", C, TORCH_CUDA, "torch.nn.attention.varlen.varlen_attn(return_aux=AuxRequest(lse=True))",
+          "The LSE comes as [H, T] on torch 2.11 and (T, H) as documented from 2.12; the adapter reads both.",
+          results="campaigns/torch-cudnn-flex-h100-2026-11-22.md", status="convention"),
+    Entry("vllm-token-head-scales", C, VLLM, "triton_reshape_and_cache_flash_per_token_head_quant",
+          "Per-token-head scales are 1 ulp off the correctly rounded amax / QMAX (Triton's fp32 division) and codes "
+          "at an exact rounding tie may flip; the write judge allows both, nothing else.",
+          results="vllm/whole-backends-h100-2026-11-23.md", status="convention"),
+    Entry("vllm-fa4-rswa-prefix-lm", C, VLLM, "FLASH_ATTN + FA4 (mask_mod = rswa or mm)",
+          "With R-SWA on, FLASH_ATTN's FA4 path drops the PrefixLM ranges while TRITON_ATTN applies both: two vLLM "
+          "backends disagree on one model's mask.",
+          ("vllm-fa4-paged-rswa-drops-prefix-lm.json",), "vllm/mask-rules-fa4-h100-2026-11-23.md",
+          status="convention (not reported)",
+          moved=(("vllm-fa4-paged-rswa-drops-prefix-lm.json",
+                  "vllm-fa4-paged no longer declares PrefixLM with R-SWA: FLASH_ATTN's own convention"),)),
+)
+
+LIMITATIONS = (
+    Entry("flashinfer-fa3-fp8-f16-query", L, FLASHINFER, "BatchPrefillWithPagedKVCacheWrapper(backend='fa3')",
+          "The sm90 module for float16 queries over an e4m3 cache fails to build (fp8 caches need fp8 queries, "
+          "FlashInfer PR #2536; `is_fa3_backend_supported()`).",
+          ("flashinfer-prefill-fa3-f16-q-fp8-kv-build-fails.json",),
+          "campaigns/flashinfer-fa3-cascade-h100-2026-11-24.md", status="documented upstream",
+          moved=(("flashinfer-prefill-fa3-f16-q-fp8-kv-build-fails.json",
+                  "flashinfer-prefill-fa3 no longer declares fp8 caches"),)),
+    Entry("flex-paged-compiled-block-size", L, TORCH_CUDA, "torch.compile(flex_attention) over PagedAttention",
+          "Pages smaller than the kernel's tile fail to lower ('Q and KV block size must be divisible by BLOCK_M "
+          "and BLOCK_N').",
+          ("flex-paged-compiled-cuda-d0ad43a3d4.json",), "campaigns/torch-fa4-flashinfer-h200-2026-11-22.md",
+          device="H200", status="documented by the error",
+          moved=(("flex-paged-compiled-cuda-d0ad43a3d4.json",
+                  "flex-paged-compiled-cuda declares 128-token pages only since this case"),)),
+    Entry("xformers-splitk-one-query-length", L, XFORMERS, "memory_efficient_attention(op=triton_splitKF) with paged masks",
+          "The split-K operator takes one query length for the whole batch (PagedBlockDiagonal... masks); mixed "
+          "query lengths are refused ('does not support inputs').",
+          ("xformers-triton-splitk-14b8e785ac.json",), "campaigns/fa4-flex-xformers-10k-h100-2026-11-24.md",
+          status="documented by the error",
+          moved=(("xformers-triton-splitk-14b8e785ac.json",
+                  "xformers-triton-splitk declares a uniform query length since this case"),)),
+    Entry("vllm-triton-tf32", L, VLLM, "prefix_prefill, triton_decode_attention, unified_attention in float32",
+          "Float32 is multiplied in TF32 (Triton's default on Hopper): ~1e-3 errors, 1000x a float32 pass; float32 "
+          "is not declared on these kernels.",
+          results="vllm/kernels-h100-2026-11-23.md", status="not reported"),
+)
+
+OPEN = (
+    Entry("sdpa-efficient-fp32-margin", O, TORCH_CUDA, "SDPA memory-efficient, float32, GQA",
+          "Max error 1.1-1.3x the limit (4-6x a float32 pass) on multi-sequence GQA cases: not yet separated from "
+          "the tolerance rule.",
+          ("torch-sdpa-efficient-3913ca573b.json", "torch-sdpa-efficient-10347d6b10.json"),
+          "campaigns/torch-fa4-flashinfer-h200-2026-11-22.md", device="H200"),
+    Entry("vllm-decode-fp16-lse-margin", O, VLLM, "triton_decode_attention, float16",
+          "LSE 1.1x over the limit with one key: not yet separated from the tolerance rule.",
+          ("vllm-triton-decode-fp16-lse-marginal.json",), "vllm/kernels-h100-2026-11-23.md"),
+    Entry("vllm-triton-token-head-window", O, VLLM, "TritonAttentionBackend, per-token-head caches",
+          "float16 int8 per-token-head with window 1 (3x the limit; auto cache, no window or bf16 pass), and bf16 fp8 "
+          "per-token-head with ALiBi, soft-cap and a window (2x): not matched to a mechanism.",
+          ("vllm-backend-triton-8b2c89bab4.json", "vllm-backend-triton-ea765976bf.json"),
+          "vllm/whole-backends-h100-2026-11-23.md"),
+    Entry("vllm-int4-unmatched", O, VLLM, "unified_attention_int4",
+          "Two int4 shapes not matched to a mechanism: NaN with qq_bias and a window, 2.5 off with MQA and sinks "
+          "(the hadacore defect may explain them).",
+          ("vllm-triton-unified-int4-qq-bias-window-nan.json", "vllm-triton-unified-int4-sinks-mqa-kernel.json"),
+          "vllm/int4-cache-h100-2026-11-23.md"),
+    Entry("flashinfer-causal-more-queries", O, FLASHINFER, "BatchPrefillWithPagedKVCacheWrapper fa2, causal=True",
+          "Causal with more queries than keys through the raw API: rows with keys wrong (2.6, limit 0.05) and rows "
+          "without keys non-zero; top-left alignment is the untested hypothesis.",
+          ("flashinfer-prefill-fa2-causal-more-queries-than-keys.json",), "reach/untold-h100-2026-11-25.md"),
+)
+
+HARNESS = (
+    Entry("naive-paged-int8-float32", Kind.HARNESS, TORCH_CPU, "attnref's torch-naive-paged (int8 key, fp16 value)",
+          "attnref's own kernel-shaped twin was 9e-4 off (limit 1.2e-5) in float32 over an int8 key / float16 value "
+          "cache on the H200; fixed in attnref (it passes today: 2.7e-6 against 3.8e-5 on the CPU). The case stays "
+          "as a regression case.",
+          ("torch-naive-paged-c5c6280d9a.json",), "campaigns/h200-smoke-2026-11-21.md", device="H200",
+          status="fixed in attnref"),
+)
