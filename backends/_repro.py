@@ -177,3 +177,29 @@ def {name}(q, ks, vs, dtype={dtype}):
         lses.append(lse.transpose(0, 1) / {lse_divisor})
     return torch.cat(outs), torch.cat(lses)
 '''
+
+
+HELPERS = '''
+def cu_seqlens(column):
+    """[0, n_0, n_0 + n_1, ...] int32 on DEVICE of SEQS' column 0 (queries) or 1 (keys)."""
+    return torch.tensor([0] + [sum(s[column] for s in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32,
+                        device=DEVICE)
+
+
+def paged_cache(ks, vs, block_size, fill=float("nan")):
+    """Each sequence's keys and values in pages of block_size tokens, [pages, block_size, H_KV, D], from page 1 on;
+    page 0 and every unused slot hold `fill`, so a kernel that reads past a sequence shows it. Returns the two
+    pools, the block table [B, max pages] (unused entries 0), each sequence's page count and its key count."""
+    pages = [-(-kv_len // block_size) for _, kv_len, _ in SEQS]
+    k_cache = torch.full((1 + sum(pages), block_size, H_KV, D), fill, dtype=DTYPE, device=DEVICE)
+    v_cache = torch.full((1 + sum(pages), block_size, H_KV, D_V), fill, dtype=DTYPE, device=DEVICE)
+    table = torch.zeros(len(SEQS), max(pages + [1]), dtype=torch.int32, device=DEVICE)
+    first = 1
+    for i, (_, kv_len, _) in enumerate(SEQS):
+        table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
+        k_cache.view(-1, H_KV, D)[first * block_size:first * block_size + kv_len] = ks[i]
+        v_cache.view(-1, H_KV, D_V)[first * block_size:first * block_size + kv_len] = vs[i]
+        first += pages[i]
+    seq_lens = torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE)
+    return k_cache, v_cache, table, pages, seq_lens
+'''

@@ -108,6 +108,33 @@ class FA4(Backend):
         lse, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")  # varlen: [H, total_q]
         return Actual(output=out, lse=lse, notes=notes | layout)
 
+    def repro_kernel(self, case) -> str | None:
+        scale = ", softmax_scale=SCALE" if spellings.scale_kwargs(case) else ""
+        text = f'''
+def kernel(q, ks, vs):
+    from flash_attn.cute import flash_attn_varlen_func
+
+    kw = dict(cu_seqlens_q=cu_seqlens(0), max_seqlen_q=max(max(s[0] for s in SEQS), 1), causal={spellings.causal_flag(case)},
+              window_size={spellings.window_pair(case)!r}, softcap=SOFT_CAP or 0.0, return_lse=True{scale})
+    if SINKS is not None:
+        kw["learnable_sink"] = SINKS.to(DEVICE)
+'''
+        if self.paged:
+            wide = case.encoding(spellings.PAGE_TABLE, "exact") == "wide"
+            text += f'''    # FA4 loads whole pages (TMA): the slots past a sequence hold a finite filler, as FA4 documents
+    k, v, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill=30.0)
+    if {wide}:  # the table spelled wide: trailing null-block entries
+        table = torch.cat([table, torch.zeros(len(SEQS), {spellings.WIDE_TABLE_EXTRA}, dtype=table.dtype, device=DEVICE)], 1)
+    kw.update(page_table=table, seqused_k=seq_lens)
+'''
+        else:
+            text += '''    k, v = torch.cat(ks), torch.cat(vs)
+    kw.update(cu_seqlens_k=cu_seqlens(1), max_seqlen_k=max(max(s[1] for s in SEQS), 1))
+'''
+        return text + '''    out, lse = flash_attn_varlen_func(q, k, v, **kw)
+    return out, lse.float().transpose(0, 1)  # varlen LSE comes as [H, total_q]
+'''
+
 
 def fa4_backends() -> list[Backend]:
     return [FA4("fa4-varlen", paged=False), FA4("fa4-paged", paged=True)]

@@ -160,6 +160,38 @@ class FlashInfer(Backend):
             lse = lse - alibi_context_term(case, inputs.alibi_slopes).to(lse.device)
         return Actual(output=out, lse=lse, notes=first_call_note(_SEEN, key, t0))
 
+    def repro_kernel(self, case) -> str | None:
+        if case.alibi is not None:  # its ALiBi LSE convention and ALiBi + soft-cap finding have their own scripts
+            return None
+        left = case.window_bounds[0]
+        window_left = spellings.unbounded(case, spellings.MINUS_ONE) if left is None else left
+        scale = ", sm_scale=SCALE" if spellings.scale_kwargs(case, "sm_scale") else ""
+        if self.kind == "decode":
+            make = (f'flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores={self.option == "tc"})',
+                    "w.plan(indptr, indices, last, H, H_KV, D, bs, **common)")
+        else:
+            make = (f'flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="{self.option}")',
+                    "w.plan(cu_seqlens(0), indptr, indices, last, H, H_KV, D, bs, head_dim_vo=D_V, causal=CAUSAL, **common)")
+        return f'''
+def kernel(q, ks, vs):
+    import flashinfer
+
+    bs = {case.cache.block_size}
+    k_cache, v_cache, table, pages, _ = paged_cache(ks, vs, bs)  # NaN in every slot past a sequence
+    indptr = torch.tensor([0] + pages, device=DEVICE).cumsum(0).to(torch.int32)
+    indices = torch.cat([table[i, :n] for i, n in enumerate(pages)]).to(torch.int32)
+    last = torch.tensor([s[1] - (n - 1) * bs if n else 0 for s, n in zip(SEQS, pages)], dtype=torch.int32, device=DEVICE)
+    workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)
+    common = dict(window_left={window_left}, logits_soft_cap=SOFT_CAP, q_data_type=DTYPE, kv_data_type=DTYPE{scale})
+    w = {make[0]}
+    {make[1]}
+    kw = dict(return_lse=True)
+    if SINKS is not None:
+        kw["sinks"] = SINKS.to(DEVICE)
+    out, lse = w.run(q, (k_cache, v_cache), **kw)
+    return out, lse.float() * math.log(2)  # FlashInfer's LSE is base 2
+'''
+
 
 class FlashInferCascade(Backend):
     """flashinfer.MultiLevelCascadeAttentionWrapper, two levels: every query of the batch attends the

@@ -123,6 +123,52 @@ class FlexBackend(Backend):
         out, lse = result
         return Actual(output=out[0].transpose(0, 1), lse=lse[0].transpose(0, 1).float())
 
+    def repro_kernel(self, case) -> str | None:
+        if case.alibi is not None or type(self) is not FlexBackend and self.kernel is None:
+            return None  # ALiBi's score_mod and the paged pool are not written out
+        flash = self.kernel == "FLASH"
+        fn = "torch.compile(flex_attention, dynamic=True)" if self.compiled else "flex_attention"
+        options = f", kernel_options={{'BACKEND': {self.kernel!r}}}" if self.kernel else ""
+        scale = ", scale=SCALE" if spellings.scale_kwargs(case, "scale") else ""
+        lse = "out, lse = result\n    return out[0].transpose(0, 1), lse[0].transpose(0, 1).float()" if self.returns_lse \
+            else "return result[0].transpose(0, 1), None"
+        return f'''
+def kernel(q, ks, vs):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    # one packed call: a document mask over the sequences, positions as the case aligns them
+    q_seq = torch.cat([torch.full((s[0],), i) for i, s in enumerate(SEQS)]).to(DEVICE)
+    k_seq = torch.cat([torch.full((s[1],), i) for i, s in enumerate(SEQS)]).to(DEVICE)
+    q_pos = torch.cat([torch.arange(s[0]) + s[2] for s in SEQS]).to(DEVICE)
+    k_pos = torch.cat([torch.arange(s[1]) for s in SEQS]).to(DEVICE)
+    const = (lambda x: torch.tensor(x, device=DEVICE)) if {flash} else (lambda x: x)  # FLASH inlines no Python scalar
+    left, right = [None if w is None else const(w) for w in WINDOW]
+    chunk, cap = (None if CHUNK is None else const(CHUNK)), (None if SOFT_CAP is None else const(SOFT_CAP))
+
+    def mask_mod(b, h, qi, ki):
+        qp, kp = q_pos[qi], k_pos[ki]
+        ok = q_seq[qi] == k_seq[ki]
+        if CAUSAL:
+            ok = ok & (kp <= qp)
+        if left is not None:
+            ok = ok & (qp - kp <= left)
+        if right is not None:
+            ok = ok & (kp - qp <= right)
+        if chunk is not None:
+            ok = ok & (qp // chunk == kp // chunk)
+        return ok
+
+    def score_mod(score, b, h, qi, ki):
+        return cap * torch.tanh(score / cap)
+
+    block_mask = create_block_mask(mask_mod, None, None, q_seq.numel(), k_seq.numel(), device=DEVICE)
+    k, v = torch.cat(ks), torch.cat(vs)
+    result = {fn}(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                  score_mod=score_mod if cap is not None else None, block_mask=block_mask, enable_gqa=H != H_KV,
+                  return_lse={self.returns_lse}{scale}{options})
+    {lse}
+'''
+
 
 def _score_fn(inputs: Inputs, dev, tensor_scalars: bool = False):
     """score(score, h, q_pos, k_pos): soft-cap then ALiBi in the Case's convention.

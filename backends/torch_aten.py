@@ -199,6 +199,22 @@ class AtenCudnn(Backend):
         out, lse = per_sequence(inputs, one)
         return Actual(output=out, lse=lse.float())
 
+    def repro_kernel(self, case) -> str | None:
+        if not self.varlen or case.alibi is not None or case.attn_chunk_size is not None:
+            return None
+        return f'''
+def kernel(q, ks, vs):
+    op = torch.ops.aten.{self.op_name}
+    k, v = torch.cat(ks), torch.cat(vs)
+    max_q, max_k = max(max(s[0] for s in SEQS), 1), max(max(s[1] for s in SEQS), 1)
+    # (query, key, value, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, compute_log_sumexp, dropout, causal, ...)
+    out, lse = op(q, k, v, None, cu_seqlens(0), cu_seqlens(1), max_q, max_k, True, 0.0, CAUSAL, False,
+                  scale=SCALE)[:2]
+    if lse is None or not lse.numel():
+        raise RuntimeError("aten.{self.op_name} returned no LSE although compute_log_sumexp=True")
+    return out[:q.shape[0]], lse.float().reshape(lse.shape[0], -1)[:q.shape[0]]  # LSE [T, H, 1]
+'''
+
 
 def aten_backends() -> list[Backend]:
     return [AtenVarlen("aten-flash-varlen", "_flash_attention_forward"),

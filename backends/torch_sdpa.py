@@ -118,7 +118,8 @@ def kernel(q, ks, vs):
         k = ks[i].repeat_interleave(GROUP, 1).transpose(0, 1)
         v = vs[i].repeat_interleave(GROUP, 1).transpose(0, 1)
         kw = {mask}
-        kw = {{key: (val.to(DEVICE) if torch.is_tensor(val) else val) for key, val in kw.items()}}
+        # a plain tensor mask moves to the device; the bias objects (tensor subclasses) are built for any device
+        kw = {{key: (val.to(DEVICE) if type(val) is torch.Tensor else val) for key, val in kw.items()}}
         with sdpa_kernel(SDPBackend.{self.kernel}):
             out = F.scaled_dot_product_attention(qi[None], k[None], v[None], scale=SCALE, **kw)[0]
         outs.append(out.transpose(0, 1))

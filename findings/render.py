@@ -25,13 +25,40 @@ def case_backend(name: str, root: str = ".") -> str:
         return json.load(f)["backend"]
 
 
+RUNS_DIR = f"{RESULTS_DIR}/repro/runs"
+
+
+def recorded_runs(root: str = ".") -> dict[str, tuple[str, str]]:
+    """script name -> (exit status, run log file) from the committed GPU runs of tools/gpu-repro.sh."""
+    runs: dict[str, tuple[str, str]] = {}
+    folder = os.path.join(root, RUNS_DIR)
+    for log in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        with open(os.path.join(folder, log)) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 1 and parts[0].endswith(".py") and parts[1].startswith("rc="):
+                    runs[parts[0]] = (parts[1][3:], log)
+    return runs
+
+
+def _ran(script: str, runs: dict[str, tuple[str, str]], defect: bool = True) -> str:
+    if script not in runs:
+        return "not yet run on a GPU"
+    rc, log = runs[script]
+    what = "" if not defect else (", reproduces" if rc not in ("0", "124") else ", does not reproduce standalone")
+    return f"exit {rc}{what} ([run]({RUNS_DIR}/{log}))"
+
+
 def repro_command(entry: Entry, root: str = ".") -> str:
-    """The committed script, else `attnref repro` on the first case it can write, else the replay command."""
+    """The committed script, else `attnref repro` on the first case it can write (one whose recorded run
+    reproduces first), else the replay command; each with its recorded GPU run."""
+    runs = recorded_runs(root)
     if entry.repro:
-        return f"[{entry.repro}]({RESULTS_DIR}/repro/{entry.repro})"
+        return f"[{entry.repro}]({RESULTS_DIR}/repro/{entry.repro}): {_ran('committed-' + entry.repro, runs)}"
     from reference.case import Case
     from reports.repro import ReproUnsupported, write_repro
 
+    written = []
     for name in entry.cases:
         with open(os.path.join(root, CASES_DIR, name)) as f:
             saved = json.load(f)
@@ -39,7 +66,11 @@ def repro_command(entry: Entry, root: str = ".") -> str:
             write_repro(Case.from_dict(saved["case"]), saved["backend"])
         except (ReproUnsupported, ValueError):
             continue
-        return f"`attnref repro {CASES_DIR}/{name}`"
+        written.append(name)
+    if written:
+        script = lambda n: n.removesuffix(".json") + ".py"  # noqa: E731
+        best = next((n for n in written if runs.get(script(n), ("0",))[0] not in ("0", "124")), written[0])
+        return f"`attnref repro {CASES_DIR}/{best}`: {_ran(script(best), runs, entry.kind == Kind.DEFECT)}"
     if not entry.cases:
         return "–"
     return f"none yet: `attnref replay {CASES_DIR}/{entry.cases[0]}`"
