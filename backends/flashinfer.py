@@ -62,6 +62,13 @@ def page_metadata(inputs: Inputs, first: int = 0) -> tuple[torch.Tensor, torch.T
     return _csr([p for p, _ in pages], [n for _, n in pages], inputs.query.device)
 
 
+def _window_left(case) -> int:
+    """plan()'s window_left: the keys left of the query (a decoder's W is W - 1; kernel cases: the left side
+    only), an unbounded side spelled as the case says (-1 by default)."""
+    left = case.window_bounds[0]
+    return spellings.unbounded(case, spellings.MINUS_ONE) if left is None else left
+
+
 def paged_kv(inputs: Inputs):
     pool = inputs.cache.paged
     if pool.layout in (KVLayout.FLASHINFER_NHD, KVLayout.FLASHINFER_HND):
@@ -124,8 +131,7 @@ class FlashInfer(Backend):
         indptr, indices, last = page_metadata(inputs)
         kvd = case.kv_cache_dtype
         kv_dtype = FP8.get(kvd, case.dtype.torch)
-        left = case.window_bounds[0]  # a decoder's W is W - 1 keys left of the query; kernel cases: left side only
-        window_left = spellings.unbounded(case, spellings.MINUS_ONE) if left is None else left
+        window_left = _window_left(case)
         common = dict(window_left=window_left, logits_soft_cap=case.soft_cap, q_data_type=case.dtype.torch,
                       kv_data_type=kv_dtype, pos_encoding_mode="ALIBI" if case.alibi is not None else "NONE",
                       **spellings.scale_kwargs(case, "sm_scale"))
@@ -163,8 +169,6 @@ class FlashInfer(Backend):
     def repro_kernel(self, case) -> str | None:
         if case.alibi is not None:  # its ALiBi LSE convention and ALiBi + soft-cap finding have their own scripts
             return None
-        left = case.window_bounds[0]
-        window_left = spellings.unbounded(case, spellings.MINUS_ONE) if left is None else left
         scale = ", sm_scale=SCALE" if spellings.scale_kwargs(case, "sm_scale") else ""
         if self.kind == "decode":
             make = (f'flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores={self.option == "tc"})',
@@ -182,7 +186,7 @@ def kernel(q, ks, vs):
     indices = torch.cat([table[i, :n] for i, n in enumerate(pages)]).to(torch.int32)
     last = torch.tensor([s[1] - (n - 1) * bs if n else 0 for s, n in zip(SEQS, pages)], dtype=torch.int32, device=DEVICE)
     workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)
-    common = dict(window_left={window_left}, logits_soft_cap=SOFT_CAP, q_data_type=DTYPE, kv_data_type=DTYPE{scale})
+    common = dict(window_left={_window_left(case)}, logits_soft_cap=SOFT_CAP, q_data_type=DTYPE, kv_data_type=DTYPE{scale})
     w = {make[0]}
     {make[1]}
     kw = dict(return_lse=True)

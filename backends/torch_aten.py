@@ -116,11 +116,10 @@ class AtenVarlen(Backend):
     def repro_kernel(self, case) -> str | None:
         if case.alibi is not None or case.attn_chunk_size is not None:
             return None
-        cu = "torch.tensor([0] + [sum(x[{0}] for x in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32, device=DEVICE)"
         head = f'''
 def kernel(q, ks, vs):
     op = torch.ops.aten.{self.op_name}
-    cu_q, cu_k = {cu.format(0)}, {cu.format(1)}
+    cu_q, cu_k = cu_seqlens(0), cu_seqlens(1)
     k, v = torch.cat(ks), torch.cat(vs)
     max_q, max_k = max(x[0] for x in SEQS), max(x[1] for x in SEQS)
 '''

@@ -278,23 +278,11 @@ def kernel(q, ks, vs):
     """vLLM's unified_attention over a paged cache of 16-token pages holding each sequence's keys in order."""
     from vllm.v1.attention.ops.triton_unified_attention import unified_attention
 
-    bs = 16
-    pages = [-(-kv_len // bs) for _, kv_len, _ in SEQS]
-    k_cache = torch.zeros(1 + sum(pages), bs, H_KV, D, dtype=DTYPE, device=DEVICE)  # page 0 unused
-    v_cache = torch.zeros(1 + sum(pages), bs, H_KV, D_V, dtype=DTYPE, device=DEVICE)
-    table = torch.zeros(len(SEQS), max(pages + [1]), dtype=torch.int32, device=DEVICE)
-    first = 1
-    for i, (_, kv_len, _) in enumerate(SEQS):
-        table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
-        k_cache.view(-1, H_KV, D)[first * bs:first * bs + kv_len] = ks[i]
-        v_cache.view(-1, H_KV, D_V)[first * bs:first * bs + kv_len] = vs[i]
-        first += pages[i]
-    cu_q = torch.tensor([0] + [sum(s[0] for s in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32,
-                        device=DEVICE)
+    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, 16, fill=0.0)  # page 0 unused
     out = torch.empty_like(q)
-    unified_attention(q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=cu_q, max_seqlen_q=max(s[0] for s in SEQS),
-                      seqused_k=torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE),
-                      max_seqlen_k=max(s[1] for s in SEQS), softmax_scale=SCALE, causal=CAUSAL,
+    unified_attention(q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=cu_seqlens(0),
+                      max_seqlen_q=max(s[0] for s in SEQS), seqused_k=seq_lens, max_seqlen_k=max(s[1] for s in SEQS),
+                      softmax_scale=SCALE, causal=CAUSAL,
                       window_size=({-1 if left is None else left}, -1), block_table=table, softcap=SOFT_CAP or 0.0,
                       q_descale=None, k_descale=None, v_descale=None,
                       sinks=None if SINKS is None else SINKS.to(DEVICE))

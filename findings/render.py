@@ -49,16 +49,15 @@ def _ran(script: str, runs: dict[str, tuple[str, str]], defect: bool = True) -> 
     return f"exit {rc}{what} ([run]({RUNS_DIR}/{log}))"
 
 
-def repro_command(entry: Entry, root: str = ".") -> str:
-    """The committed script, else `attnref repro` on the first case it can write (one whose recorded run
-    reproduces first), else the replay command; each with its recorded GPU run."""
-    runs = recorded_runs(root)
+def repro_command(entry: Entry, runs: dict[str, tuple[str, str]], root: str = ".") -> str:
+    """The committed script, else `attnref repro` on the first case it can write (the first whose recorded
+    run reproduces, if any), else the replay command; each with its recorded GPU run (`recorded_runs`)."""
     if entry.repro:
         return f"[{entry.repro}]({RESULTS_DIR}/repro/{entry.repro}): {_ran('committed-' + entry.repro, runs)}"
     from reference.case import Case
     from reports.repro import ReproUnsupported, write_repro
 
-    written = []
+    first = None
     for name in entry.cases:
         with open(os.path.join(root, CASES_DIR, name)) as f:
             saved = json.load(f)
@@ -66,11 +65,13 @@ def repro_command(entry: Entry, root: str = ".") -> str:
             write_repro(Case.from_dict(saved["case"]), saved["backend"])
         except (ReproUnsupported, ValueError):
             continue
-        written.append(name)
-    if written:
-        script = lambda n: n.removesuffix(".json") + ".py"  # noqa: E731
-        best = next((n for n in written if runs.get(script(n), ("0",))[0] not in ("0", "124")), written[0])
-        return f"`attnref repro {CASES_DIR}/{best}`: {_ran(script(best), runs, entry.kind == Kind.DEFECT)}"
+        first = first or name
+        if runs.get(name.removesuffix(".json") + ".py", ("0",))[0] not in ("0", "124"):
+            first = name
+            break
+    if first is not None:
+        script = first.removesuffix(".json") + ".py"
+        return f"`attnref repro {CASES_DIR}/{first}`: {_ran(script, runs, entry.kind == Kind.DEFECT)}"
     if not entry.cases:
         return "–"
     return f"none yet: `attnref replay {CASES_DIR}/{entry.cases[0]}`"
@@ -94,7 +95,10 @@ def _table(rows: Iterable[Entry], repro: Callable[[Entry], str]) -> list[str]:
     return out
 
 
-def render(repro: Callable[[Entry], str] = repro_command) -> str:
+def render(repro: Callable[[Entry], str] | None = None) -> str:
+    if repro is None:
+        runs = recorded_runs()  # read once: every row looks its scripts up in them
+        repro = lambda entry: repro_command(entry, runs)  # noqa: E731
     defects = sum(len(rows) for _, rows in DEFECTS)
     cases = sum(len(e.cases) for e in all_entries())
     lines = [
