@@ -11,20 +11,20 @@ from __future__ import annotations
 from reference.case import Case
 from reference.inputs import EDGE_MARGIN, RECENT_BOOST
 
+from ._repro_cache import WRITTEN_DTYPES
+
 
 class ReproUnsupported(ValueError):
     """The case uses something a plain-torch repro script does not write out; the message says what."""
 
 
 def check(case: Case) -> None:
-    """Raise ReproUnsupported for cases whose inputs need attnref's paged or quantized machinery."""
+    """Raise ReproUnsupported for cases whose inputs need attnref's own machinery (block-sparse layouts, int4)."""
     if case.block_sparse is not None:
         raise ReproUnsupported("block_sparse cases need attnref's per-head layouts; replay them with attnref")
-    rules = sorted(case.features() & {"prefix_lm", "global_prefix", "chunk_lookback", "qq_bias"})
-    if rules:
-        raise ReproUnsupported(f"{', '.join(rules)}: vLLM's extra mask rules are not written out; replay with attnref")
-    if case.cache is not None and case.kv_cache_dtype.value not in ("auto", "bfloat16", "float16"):
-        raise ReproUnsupported(f"kv_cache_dtype={case.kv_cache_dtype.value}: quantized caches are not written out")
+    if case.cache is not None and case.kv_cache_dtype.value not in WRITTEN_DTYPES:
+        raise ReproUnsupported(f"kv_cache_dtype={case.kv_cache_dtype.value}: repro scripts write out "
+                               f"{', '.join(WRITTEN_DTYPES)}; replay with attnref")
 
 
 def constants(case: Case) -> str:
@@ -45,7 +45,29 @@ def constants(case: Case) -> str:
         f"ALIBI = {None if case.alibi is None else 'torch.tensor(' + repr(list(case.alibi.slopes)) + ')'}",
         f"ALIBI_MODE = {None if case.alibi is None else case.alibi.convention.value!r}  # signed | symmetric | sqrt",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + rules(case)) + "\n"
+
+
+def rules(case: Case) -> list[str]:
+    """vLLM's extra mask rules and qq_bias as constants (only those the case uses)."""
+    lines = []
+    if case.bidirectional_ranges is not None:
+        lines.append(f"RANGES = {[list(r) for r in case.bidirectional_ranges]}  # PrefixLM: per sequence, inclusive "
+                     "(start, end) positions that see each other both ways")
+    if case.global_prefix is not None:
+        g = case.global_prefix
+        lines.append(f"GLOBAL_PREFIX = ({g.window}, {list(g.prefix_lens)})  # R-SWA: (window, each sequence's prompt "
+                     "length): the prompt stays visible, other keys within the last `window` positions")
+    if case.chunk_lookback is not None:
+        lines.append(f"LOOKBACK = ({case.sliding_window // (case.chunk_lookback + 1)}, {case.chunk_lookback})  "
+                     "# (chunk size, chunks looked back): replaces the window")
+    if case.qq_bias:
+        lines.append(f"QQ_BIAS = 2.0 * torch.randn({case.max_query_len}, {case.max_query_len}, "
+                     "generator=torch.Generator().manual_seed(SEED ^ 0xB1A5))  # added to new token j's score")
+    for name in ("RANGES", "GLOBAL_PREFIX", "LOOKBACK", "QQ_BIAS"):
+        if not any(line.startswith(name + " ") for line in lines):
+            lines.append(f"{name} = None")
+    return lines
 
 
 def draw_inputs(case: Case) -> str:
@@ -127,10 +149,18 @@ def visible(i, window_extra=0, offset_shift=0):
     ok = torch.ones(qp.shape[0], kp.shape[1], dtype=torch.bool)
     if CAUSAL:
         ok &= kp <= qp
-    if WINDOW[0] is not None:
-        ok &= qp - kp <= WINDOW[0] + window_extra
-    if WINDOW[1] is not None:
-        ok &= kp - qp <= WINDOW[1]
+    if LOOKBACK is not None:  # the key's chunk is the query's own or one of LOOKBACK[1] before it
+        ok &= qp // LOOKBACK[0] - kp // LOOKBACK[0] <= LOOKBACK[1]
+    else:
+        if WINDOW[0] is not None:
+            ok &= qp - kp <= WINDOW[0] + window_extra
+        if WINDOW[1] is not None:
+            ok &= kp - qp <= WINDOW[1]
+    if GLOBAL_PREFIX is not None:
+        ok &= (kp < GLOBAL_PREFIX[1][i]) | (qp - kp < GLOBAL_PREFIX[0])
+    if RANGES is not None:  # (causal and window) or one range holding both
+        for start, end in RANGES[i]:
+            ok |= (qp >= start) & (qp <= end) & (kp >= start) & (kp <= end)
     if CHUNK is not None:
         ok &= qp // CHUNK == kp // CHUNK
     return ok
@@ -168,6 +198,8 @@ def {name}(q, ks, vs, dtype={dtype}):
         bias = alibi_bias(i, sign={alibi_sign})
         if bias is not None:
             s = s + bias.to(s.dtype)
+        if QQ_BIAS is not None:
+            s[:, :, kv_len - q_len:] += QQ_BIAS[:q_len, :q_len].to(s.dtype)
         s = s.masked_fill(~visible(i, {window_extra}, {offset_shift})[None], float("-inf"))
         lse = torch.logsumexp(s, -1)  # -inf for a row that sees no key
         if SINKS is not None:
@@ -178,28 +210,3 @@ def {name}(q, ks, vs, dtype={dtype}):
     return torch.cat(outs), torch.cat(lses)
 '''
 
-
-HELPERS = '''
-def cu_seqlens(column):
-    """[0, n_0, n_0 + n_1, ...] int32 on DEVICE of SEQS' column 0 (queries) or 1 (keys)."""
-    return torch.tensor([0] + [sum(s[column] for s in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32,
-                        device=DEVICE)
-
-
-def paged_cache(ks, vs, block_size, fill=float("nan")):
-    """Each sequence's keys and values in pages of block_size tokens, [pages, block_size, H_KV, D], from page 1 on;
-    page 0 and every unused slot hold `fill`, so a kernel that reads past a sequence shows it. Returns the two
-    pools, the block table [B, max pages] (unused entries 0), each sequence's page count and its key count."""
-    pages = [-(-kv_len // block_size) for _, kv_len, _ in SEQS]
-    k_cache = torch.full((1 + sum(pages), block_size, H_KV, D), fill, dtype=DTYPE, device=DEVICE)
-    v_cache = torch.full((1 + sum(pages), block_size, H_KV, D_V), fill, dtype=DTYPE, device=DEVICE)
-    table = torch.zeros(len(SEQS), max(pages + [1]), dtype=torch.int32, device=DEVICE)
-    first = 1
-    for i, (_, kv_len, _) in enumerate(SEQS):
-        table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
-        k_cache.view(-1, H_KV, D)[first * block_size:first * block_size + kv_len] = ks[i]
-        v_cache.view(-1, H_KV, D_V)[first * block_size:first * block_size + kv_len] = vs[i]
-        first += pages[i]
-    seq_lens = torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE)
-    return k_cache, v_cache, table, pages, seq_lens
-'''

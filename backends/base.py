@@ -248,6 +248,10 @@ class Backend:
     def run(self, inputs: Inputs) -> Actual:
         raise NotImplementedError
 
+    # A template that takes quantized caches: `kernel(q, ks, vs, k_scales, v_scales)` is handed what the cache
+    # stores and the dequantization scales (backends/_repro_cache.py); other templates see unquantized cases only.
+    repro_quantized = False
+
     def repro_kernel(self, case: Case) -> str | None:
         """Source of `def kernel(q, ks, vs) -> (out, lse | None)` calling the library as `run` does, for a
         self-contained repro script (see backends/_repro.py for the names it may use); None: no template."""

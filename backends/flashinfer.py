@@ -166,10 +166,11 @@ class FlashInfer(Backend):
             lse = lse - alibi_context_term(case, inputs.alibi_slopes).to(lse.device)
         return Actual(output=out, lse=lse, notes=first_call_note(_SEEN, key, t0))
 
+    repro_quantized = True  # fp8 per tensor: k_scale / v_scale floats
+
     def repro_kernel(self, case) -> str | None:
-        if case.alibi is not None:  # its ALiBi LSE convention and ALiBi + soft-cap finding have their own scripts
-            return None
         scale = ", sm_scale=SCALE" if spellings.scale_kwargs(case, "sm_scale") else ""
+        alibi = ', pos_encoding_mode="ALIBI"' if case.alibi is not None else ""
         if self.kind == "decode":
             make = (f'flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores={self.option == "tc"})',
                     "w.plan(indptr, indices, last, H, H_KV, D, bs, **common)")
@@ -177,7 +178,7 @@ class FlashInfer(Backend):
             make = (f'flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="{self.option}")',
                     "w.plan(cu_seqlens(0), indptr, indices, last, H, H_KV, D, bs, head_dim_vo=D_V, causal=CAUSAL, **common)")
         return f'''
-def kernel(q, ks, vs):
+def kernel(q, ks, vs, k_scales=None, v_scales=None):
     import flashinfer
 
     bs = {case.cache.block_size}
@@ -186,14 +187,19 @@ def kernel(q, ks, vs):
     indices = torch.cat([table[i, :n] for i, n in enumerate(pages)]).to(torch.int32)
     last = torch.tensor([s[1] - (n - 1) * bs if n else 0 for s, n in zip(SEQS, pages)], dtype=torch.int32, device=DEVICE)
     workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)
-    common = dict(window_left={_window_left(case)}, logits_soft_cap=SOFT_CAP, q_data_type=DTYPE, kv_data_type=DTYPE{scale})
+    common = dict(window_left={_window_left(case)}, logits_soft_cap=SOFT_CAP, q_data_type=DTYPE,
+                  kv_data_type=k_cache.dtype{scale}{alibi})
     w = {make[0]}
     {make[1]}
     kw = dict(return_lse=True)
+    if k_scales is not None:  # fp8 cache: per-tensor dequantization scales
+        kw.update(k_scale=float(k_scales[0].reshape(-1)[0]), v_scale=float(v_scales[0].reshape(-1)[0]))
     if SINKS is not None:
         kw["sinks"] = SINKS.to(DEVICE)
     out, lse = w.run(q, (k_cache, v_cache), **kw)
-    return out, lse.float() * math.log(2)  # FlashInfer's LSE is base 2
+    # FlashInfer's LSE is base 2; with ALiBi its bias is slope x (k - new-token index), not slope x (k - q): its LSE
+    # differs from this script's by a per-row constant (FINDINGS.md, flashinfer-alibi-lse), the output does not
+    return out, lse.float() * math.log(2)
 '''
 
 

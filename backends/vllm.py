@@ -23,7 +23,7 @@ from dataclasses import replace
 from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
-from . import spellings
+from . import spellings, vllm_repro
 from ._convert import cu_seqlens, tokens_first_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason, poisoned_output
 
@@ -175,6 +175,11 @@ class Fa3Paged(VllmBackend):
         result = flash_attn_varlen_func(q, k, v, **kw)
         return result if isinstance(result, tuple) else (result, None)
 
+    repro_quantized = True
+
+    def repro_kernel(self, case) -> str | None:
+        return vllm_repro.fa3(case)
+
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
         pool = inputs.cache.paged
@@ -269,25 +274,10 @@ class TritonUnified(VllmBackend):
         return Actual(output=buffer[: case.num_tokens], output_buffer=buffer, buffer_rows=case.num_tokens)
 
 
-    def repro_kernel(self, case) -> str | None:
-        if case.alibi is not None or case.kv_cache_dtype.value != "auto" or case.encoding("path", "2d") != "2d":
-            return None
-        left = case.window_bounds[0]
-        return f'''
-def kernel(q, ks, vs):
-    """vLLM's unified_attention over a paged cache of 16-token pages holding each sequence's keys in order."""
-    from vllm.v1.attention.ops.triton_unified_attention import unified_attention
+    repro_quantized = True
 
-    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, 16, fill=0.0)  # page 0 unused
-    out = torch.empty_like(q)
-    unified_attention(q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=cu_seqlens(0),
-                      max_seqlen_q=max(s[0] for s in SEQS), seqused_k=seq_lens, max_seqlen_k=max(s[1] for s in SEQS),
-                      softmax_scale=SCALE, causal=CAUSAL,
-                      window_size=({-1 if left is None else left}, -1), block_table=table, softcap=SOFT_CAP or 0.0,
-                      q_descale=None, k_descale=None, v_descale=None,
-                      sinks=None if SINKS is None else SINKS.to(DEVICE))
-    return out, None
-'''
+    def repro_kernel(self, case) -> str | None:
+        return vllm_repro.unified(case)
 
 
 def triton_padded(n: int) -> int:
@@ -318,6 +308,9 @@ class PrefixPrefill(VllmBackend):
         if case.alibi is not None and case.sinks is not None:
             reasons.append("alibi with sinks: context_attention_fwd asserts 'Sinks arg is not supported with alibi'")
         return reasons
+
+    def repro_kernel(self, case) -> str | None:
+        return vllm_repro.prefix_prefill(case, chunked=False)
 
     def run(self, inputs: Inputs) -> Actual:
         from vllm.v1.attention.ops.prefix_prefill import context_attention_fwd
@@ -358,6 +351,11 @@ class TritonDecode(VllmBackend):
         requires_cache=True, reads_paged_cache=True, max_query_len=1, min_query_len=1, min_kv_len=1,
         encodings=(("num_kv_splits", ("8", "1", "4", "16")),))
 
+    repro_quantized = True
+
+    def repro_kernel(self, case) -> str | None:
+        return vllm_repro.decode(case)
+
     def run(self, inputs: Inputs) -> Actual:
         from vllm.v1.attention.ops.triton_decode_attention import decode_attention_fwd
 
@@ -392,6 +390,9 @@ class MergedStates(Fa3Paged):
                             kv_cache_dtypes=frozenset({KVCacheDType.AUTO}),  # the new tokens are not quantized
                             encodings=(("num_splits", SPLITS),), writes_output_buffer=False)
 
+    def repro_kernel(self, case) -> str | None:
+        return None  # two FA3 calls and a merge: replay with attnref
+
     def run(self, inputs: Inputs) -> Actual:
         if self.kernel == "cuda":
             from vllm._custom_ops import merge_attn_states
@@ -423,6 +424,10 @@ class WritesCache(Fa3Paged):
         self.description = "vLLM reshape_and_cache_flash (CUDA op or Triton) then FA3; the written cache compared bit for bit"
         self.caps = replace(self.caps, writes_cache=True, attn_types=frozenset({AttentionType.DECODER}),
                             encodings=(("writer", ("cuda", "triton")),))
+
+    def repro_kernel(self, case) -> str | None:
+        # FA3 reading the cache the script writes in plain torch: the writer's bytes are compared by attnref itself
+        return vllm_repro.fa3(case)
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case

@@ -18,6 +18,7 @@ from reference.case import AttentionType, KVCacheDType
 from reference.inputs import Inputs
 
 from .base import Actual, Backend, Feature, poisoned_output
+from . import vllm_repro
 from .vllm import PrefixPrefill, TritonUnified, per_token_head_mode
 
 
@@ -25,6 +26,9 @@ class ChunkedPagedDecode(PrefixPrefill):
     name = "vllm-chunked-paged-decode"
     module = "vllm.v1.attention.ops.chunked_prefill_paged_decode"
     description = "v1/attention/ops/chunked_prefill_paged_decode: prefix_prefill for prefills + a Triton paged decode kernel"
+
+    def repro_kernel(self, case) -> str | None:
+        return vllm_repro.prefix_prefill(case, chunked=True)
 
     def run(self, inputs: Inputs) -> Actual:
         from vllm.v1.attention.ops.chunked_prefill_paged_decode import chunked_prefill_paged_decode
@@ -61,6 +65,11 @@ class PerTokenHeadWriter(TritonUnified):
                    features=TritonUnified.caps.features - {Feature.MORE_QUERIES_THAN_KEYS, Feature.PAGED_KERNEL},
                    kv_cache_dtypes=frozenset({KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD,
                                               KVCacheDType.INT4_PER_TOKEN_HEAD}))
+
+    repro_quantized = False
+
+    def repro_kernel(self, case) -> str | None:
+        return None  # the finding is the writer's: attnref compares its bytes (benchmarks/results/repro/vllm-hadacore-tail-rows.py)
 
     def run(self, inputs: Inputs) -> Actual:
         from vllm.v1.attention.ops.triton_reshape_and_cache_flash import (

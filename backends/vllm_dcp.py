@@ -71,6 +71,9 @@ class Fa3ContextParallel(Fa3Paged):
             encodings=(("cp_world", ("2", "4", "8")), ("combine", ("vllm", "torch")), ("num_splits", SPLITS),
                        ("scheduler", ("jit", "aot"))))
 
+    def repro_kernel(self, case) -> str | None:
+        return None  # not FA3's plain call (FA3 inherited for the declaration only): replay with attnref
+
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
         dev = inputs.device

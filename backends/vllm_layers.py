@@ -34,6 +34,7 @@ import torch
 from reference.case import AlibiConvention, AttentionType, BlockTableKind, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs, KVCache, slots_for
 
+from . import vllm_layers_repro
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
 F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
@@ -190,9 +191,10 @@ class LayerBackend(Backend):
 
     def _common_prefix_len(self, case) -> int:
         """Cascade attention (FLASH_ATTN) over a shared prefix of whole blocks, when drawn."""
-        if case.encoding("cascade", "off") != "on" or case.cache.table != BlockTableKind.SHARED_PREFIX:
-            return 0
-        return case.cache.prefix_blocks * case.cache.block_size
+        return vllm_layers_repro.cascade_prefix(case)
+
+    def repro_kernel(self, case) -> str | None:
+        return vllm_layers_repro.whole(case, self.module, self.cls, self.zeroed_cache, self._common_prefix_len(case))
 
 
 def oracle_form_cache(template: KVCache, packed: torch.Tensor, k_scales: torch.Tensor, v_scales: torch.Tensor,

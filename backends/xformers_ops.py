@@ -148,5 +148,43 @@ class XformersOp(Backend):
         return Actual(output=out.to(case.dtype.torch), lse=lse, notes=notes)
 
 
+    def repro_kernel(self, case) -> str | None:
+        module, attr = OPS[self.name]
+        causal = case.attn_type == AttentionType.DECODER
+        scale = ", scale=SCALE" if spellings.scale_kwargs(case, "scale") else ""
+        force = (f"    common._built_with_cuda = True  # xformers' C++ extension may target another torch; split-K "
+                 f"needs only Triton ({FORCE_ENV})\n") if self.paged else ""
+        if self.paged:
+            cls = "PagedBlockDiagonalCausalWithOffsetPaddedKeysMask" if causal else "PagedBlockDiagonalPaddedKeysMask"
+            keys = f'''    k_cache, v_cache, table, _, _ = paged_cache(ks, vs, {case.cache.block_size}, fill=30.0)  # finite filler
+    k, v = k_cache.reshape(1, -1, H_KV, 1, D), v_cache.reshape(1, -1, H_KV, 1, D_V)
+    bias = ab.{cls}.from_seqlens(q_seqlen=[s[0] for s in SEQS], kv_seqlen=[s[1] for s in SEQS], block_tables=table,
+                                 page_size={case.cache.block_size}, device=DEVICE)
+'''
+        else:
+            cls = "BlockDiagonalCausalFromBottomRightMask" if causal else "BlockDiagonalMask"
+            local = (f"\n    bias = bias.make_local_attention_from_bottomright({case.sliding_window})"
+                     if case.sliding_window is not None else "")
+            keys = f'''    k, v = torch.cat(ks)[None, :, :, None], torch.cat(vs)[None, :, :, None]
+    bias = ab.{cls}.from_seqlens([s[0] for s in SEQS], [s[1] for s in SEQS], device=DEVICE){local}
+'''
+        return f'''
+def kernel(q, ks, vs):
+    """xformers.ops.fmha.{module}.{attr}: query heads grouped [1, tokens, H_KV, GROUP, D], keys expanded per group."""
+    import xformers.ops.fmha as fmha
+    import xformers.ops.fmha.common as common
+    from xformers.ops.fmha import attn_bias as ab
+
+{force}    op = fmha.{module}.{attr}
+    q = q.reshape(1, -1, H_KV, GROUP, D)
+{keys}    k, v = k.expand(-1, -1, -1, GROUP, -1), v.expand(-1, -1, -1, GROUP, -1)
+    if getattr(op, "SUPPORTS_PARTIAL", False):
+        out, _ = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, op=op{scale})
+    else:
+        out, _ = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias, op=op{scale})
+    return out.reshape(-1, H, D_V).to(DTYPE), None  # the LSE's layout varies by operator: attnref unpacks it
+'''
+
+
 def xformers_backends() -> list[Backend]:
     return [XformersOp(name) for name in OPS]

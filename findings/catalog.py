@@ -192,6 +192,7 @@ VLLM_ROWS = (
           "Wrong, run-to-run different values in the last rows at 9-62 rows (the issue reports > 8,192): about 1 "
           "in 10 int4 writes hold codes 7-15 quanta off.",
           ("vllm-pth-writes-cache-int4-hadacore-tail-rows.json",), "vllm/int4-cache-h100-2026-11-23.md",
+          repro="vllm-hadacore-tail-rows.py",
           status="https://github.com/vllm-project/vllm/issues/57014 (larger inputs); in the ledger"),
     Entry("vllm-dcp-combine-head-size", D, VLLM, "correct_attn_out, dcp_a2a_lse_reduce (DCP combine)",
           "Fails to compile for head sizes that are not powers of two (96, 192: tl.arange(0, HEAD_DIM)).",

@@ -102,7 +102,7 @@ KNOWN: tuple[Finding, ...] = (
     Finding("vllm-pth-writes-cache", _int4, "https://github.com/vllm-project/vllm/issues/57014",
             "hadacore_transform (the Hadamard kernel of vLLM's int4 cache writer) reads stale shared memory for "
             "its last rows: codes 7-15 quanta off in about 1 of 10 int4 writes. The issue reports inputs over "
-            "8,192 rows; on an H100 it also happens at 9-62 rows (tools/analysis/probe-hadacore.py)",
+            "8,192 rows; on an H100 it also happens at 9-62 rows (benchmarks/results/repro/vllm-hadacore-tail-rows.py)",
             symptom=r"int4 cache decodes"),
     *(Finding(name, _sink_overflows_float32, "https://github.com/Dao-AILab/flash-attention/pull/2752",
               "FA4's Softmax.finalize adds the sink as exp2((sink - row max) log2 e) after the key loop, the max never "

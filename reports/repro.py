@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from backends._repro import HELPERS, MASKS, ReproUnsupported, attention_function, check, constants, draw_inputs
+from backends._repro import MASKS, ReproUnsupported, attention_function, check, constants, draw_inputs
+from backends._repro_cache import HELPERS, PLAIN_INPUTS, STORED_INPUTS, quantized, storage
 
 __all__ = ["ReproUnsupported", "write_repro"]
 from backends.registry import get
@@ -23,10 +24,7 @@ def largest(t):
 
 
 def main():
-    q, ks, vs = draw_inputs()
-    expected, expected_lse = reference(q, ks, vs)
-    baseline, baseline_lse = reference(q, ks, vs, DTYPE)  # the same math rounded like a plain {dtype} pass
-    actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs])
+{inputs}
     actual = actual.detach().double().cpu()
     err = (actual - expected).abs()
     empty = torch.isneginf(expected_lse) if SINKS is None else torch.zeros_like(expected_lse, dtype=torch.bool)
@@ -72,6 +70,9 @@ def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> s
     except KeyError as e:
         raise ReproUnsupported(e.args[0]) from None
     check(case)
+    if quantized(case) and not backend.repro_quantized:
+        raise ReproUnsupported(f"kv_cache_dtype={case.kv_cache_dtype.value}: the {backend_name} repro template "
+                               f"writes unquantized caches only; replay with attnref")
     kernel = backend.repro_kernel(case)
     if kernel is None:
         raise ReproUnsupported(f"backend {backend_name} has no repro template for this case "
@@ -84,8 +85,9 @@ def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> s
               "import math\nimport sys\n\nimport torch\n\n")
     parts = [header, constants(case), f'DEVICE = "{device}"', f"FACTOR = {rule.factor}",
              f"ABS_FLOOR = {rule.abs_floor}", f"LSE_FACTOR = {rule.lse_factor}",
-             f"LSE_FLOOR = {rule.lse_floor}\n\n", draw_inputs(case), MASKS, HELPERS,
+             f"LSE_FLOOR = {rule.lse_floor}\n\n", draw_inputs(case), storage(case), MASKS, HELPERS,
              attention_function("reference", "torch.float64"),
              "\n# --- the kernel under test, called as attnref's adapter calls it ---" + kernel,
-             FOOTER.format(dtype=case.dtype.value)]
+             FOOTER.format(dtype=case.dtype.value, inputs=(STORED_INPUTS if quantized(case) else PLAIN_INPUTS).format(
+                 dtype=case.dtype.value))]
     return "\n".join(parts)

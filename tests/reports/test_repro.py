@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +13,9 @@ from backends.registry import get
 from reports.repro import ReproUnsupported, write_repro
 from fuzz.compare import evaluate
 from fuzz.strategies import Limits, cases
-from reference.case import BlockSparse, CacheSpec, Case, DType, SequenceSpec, ValueDistribution, Values
+from reference import attention
+from reference.case import (BlockSparse, CacheSpec, Case, DType, GlobalPrefix, KVCacheDType, Quant, SequenceSpec, ValueDistribution,
+                            Values)
 from reference.inputs import materialize
 
 WINDOW_BUG = Case(sequences=(SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
@@ -81,6 +84,51 @@ def test_cases_the_script_cannot_write_out_say_why():
         write_repro(sparse, "torch-naive-paged")
     with pytest.raises(ReproUnsupported, match="no repro template"):
         write_repro(WINDOW_BUG, "mutant-wrong-block-size")
-    ranged = WINDOW_BUG.replace(cache=CacheSpec(block_size=4), bidirectional_ranges=(((0, 6),),))
-    with pytest.raises(ReproUnsupported, match="prefix_lm"):  # never a script that silently drops the rule
-        write_repro(ranged, "torch-naive-paged")
+    int4 = WINDOW_BUG.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.INT4_PER_TOKEN_HEAD)),
+                              dtype=DType.BFLOAT16)
+    with pytest.raises(ReproUnsupported, match="int4_per_token_head"):
+        write_repro(int4, "vllm-triton-unified")
+    fp8 = WINDOW_BUG.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.FP8_E4M3)), dtype=DType.BFLOAT16)
+    with pytest.raises(ReproUnsupported, match="writes unquantized caches only"):  # never a script that drops the scales
+        write_repro(fp8, "fa4-paged")
+
+
+UNIFIED = get("vllm-triton-unified")  # declares every vLLM mask rule, qq_bias and the fp8 / per-token-head caches
+
+
+RULED = Case(sequences=(SequenceSpec(query_len=4, context_len=9), SequenceSpec(query_len=3, context_len=2)),
+             num_heads=2, num_kv_heads=1, head_size=32, dtype=DType.BFLOAT16, cache=CacheSpec(block_size=16), seed=5)
+
+
+@pytest.mark.parametrize("case", [
+    RULED.replace(bidirectional_ranges=(((3, 11),), ((0, 3), (4, 4)))),
+    RULED.replace(global_prefix=GlobalPrefix(window=3, prefix_lens=(2, 1))),
+    RULED.replace(sliding_window=6, chunk_lookback=1),
+    RULED.replace(qq_bias=True, sliding_window=5),
+    RULED.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.FP8_E4M3, dynamic_scales=True))),
+    RULED.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.INT8_PER_TOKEN_HEAD))),
+    RULED.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.FP8_PER_TOKEN_HEAD)))],
+    ids=["prefix_lm", "r_swa", "chunk_lookback", "qq_bias", "fp8_dynamic", "int8_per_token_head", "fp8_per_token_head"])
+def test_each_rule_and_cache_dtype_is_written_out(case):
+    assert_script_reference_is_the_oracle(case)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases(UNIFIED.caps, Limits(max_context=40, max_query=6)))
+def test_a_script_s_reference_is_the_oracle_for_mask_rules_and_quantized_caches(case):
+    """The script's own float64 reference (its rules written out; the cache quantized with the case's scales and
+    read back as stored x scale) equals attnref's oracle on what vLLM's unified attention accepts."""
+    if case.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
+        case = case.replace(cache=replace(case.cache, quant=Quant()))
+    assert_script_reference_is_the_oracle(case)
+
+
+def assert_script_reference_is_the_oracle(case):
+    ns = _load(write_repro(case, UNIFIED.name))
+    q, ks, vs = ns["draw_inputs"]()
+    args = ns["read_back"](*ns["store"](q, ks, vs), torch.float64) if "store" in ns else (q, ks, vs)
+    out, lse = ns["reference"](*args)
+    expected = attention(materialize(case))
+    assert torch.allclose(out, expected.output, atol=1e-10, rtol=0)
+    finite = torch.isfinite(expected.lse)
+    assert torch.equal(finite, torch.isfinite(lse)) and torch.allclose(lse[finite], expected.lse[finite], atol=1e-10)

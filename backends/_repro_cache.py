@@ -1,0 +1,128 @@
+"""Source text for `attnref repro` scripts: the KV cache as a kernel is handed it.
+
+`HELPERS` builds paged caches (page 1 on, canaries elsewhere) from a script's per-sequence keys and
+values; `storage(case)` writes out a quantized cache as vLLM's writers store it (reference/quant.py
+in plain torch), with the case's scales, so that a script's float64 reference reads back exactly what
+the kernel reads: stored x scale.
+"""
+from __future__ import annotations
+
+from reference.case import Case, KVCacheDType
+from reference.quant import FP8_MAX, K_RANGE, TOKEN_HEAD_MAX, TOKEN_HEAD_MIN_SCALE, V_RANGE
+
+# int4 (packed codes with zero points) and the int8 fork's per-channel modes stay with `attnref replay`.
+WRITTEN_DTYPES = ("auto", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head")
+
+HELPERS = '''
+def cu_seqlens(column):
+    """[0, n_0, n_0 + n_1, ...] int32 on DEVICE of SEQS' column 0 (queries) or 1 (keys)."""
+    return torch.tensor([0] + [sum(s[column] for s in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32,
+                        device=DEVICE)
+
+
+def paged_cache(ks, vs, block_size, fill=float("nan")):
+    """Each sequence's keys and values in pages of block_size tokens, [pages, block_size, H_KV, D], from page 1 on;
+    page 0 and every unused slot hold `fill` (0 in an integer cache), so a kernel that reads past a sequence shows
+    it. Returns the two pools (in the keys' dtype), the block table [B, max pages] (unused entries 0), each
+    sequence's page count and its key count."""
+    pages = [-(-kv_len // block_size) for _, kv_len, _ in SEQS]
+    dtype = ks[0].dtype if ks else DTYPE
+    fill = fill if dtype.is_floating_point else 0
+    k_cache = torch.full((1 + sum(pages), block_size, H_KV, D), fill, device=DEVICE).to(dtype)
+    v_cache = torch.full((1 + sum(pages), block_size, H_KV, D_V), fill, device=DEVICE).to(dtype)
+    table = torch.zeros(len(SEQS), max(pages + [1]), dtype=torch.int32, device=DEVICE)
+    first = 1
+    for i, (_, kv_len, _) in enumerate(SEQS):
+        table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
+        k_cache.view(-1, H_KV, D)[first * block_size:first * block_size + kv_len] = ks[i]
+        v_cache.view(-1, H_KV, D_V)[first * block_size:first * block_size + kv_len] = vs[i]
+        first += pages[i]
+    seq_lens = torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE)
+    return k_cache, v_cache, table, pages, seq_lens
+
+
+def paged_scales(scales, block_size):
+    """Per-(token, kv head) scales [kv_len, H_KV] of each sequence in paged_cache's pages: [pages, block_size, H_KV]."""
+    pages = [-(-kv_len // block_size) for _, kv_len, _ in SEQS]
+    out = torch.ones(1 + sum(pages), block_size, H_KV, dtype=torch.float32, device=DEVICE)
+    first = 1
+    for i, (_, kv_len, _) in enumerate(SEQS):
+        out.view(-1, H_KV)[first * block_size:first * block_size + kv_len] = scales[i]
+        first += pages[i]
+    return out
+
+
+def v0_cache(k_cache, v_cache):
+    """paged_cache's pools in vLLM's v0 layout: key [pages, H_KV, D / x, block_size, x] (x: 16 bytes of elements),
+    value [pages, H_KV, D_V, block_size]."""
+    pages, block_size = k_cache.shape[:2]
+    x = 16 // k_cache.element_size()
+    key = k_cache.view(pages, block_size, H_KV, D // x, x).permute(0, 2, 3, 1, 4).contiguous()
+    return key, v_cache.permute(0, 2, 3, 1).contiguous()
+'''
+
+PLAIN_INPUTS = '''    q, ks, vs = draw_inputs()
+    expected, expected_lse = reference(q, ks, vs)
+    baseline, baseline_lse = reference(q, ks, vs, DTYPE)  # the same math rounded like a plain {dtype} pass
+    actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs])'''
+
+STORED_INPUTS = '''    q, ks, vs = draw_inputs()
+    q, ks, vs, k_scales, v_scales = store(q, ks, vs)  # as the cache holds them (and the fp8 query, if any)
+    expected, expected_lse = reference(*read_back(q, ks, vs, k_scales, v_scales, torch.float64))
+    baseline, baseline_lse = reference(*read_back(q, ks, vs, k_scales, v_scales, DTYPE), DTYPE)  # a plain {dtype} pass
+    actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs],
+                                [s.to(DEVICE) for s in k_scales], [s.to(DEVICE) for s in v_scales])'''
+
+
+def quantized(case: Case) -> bool:
+    return case.cache is not None and case.kv_cache_dtype.value not in ("auto", "bfloat16", "float16")
+
+
+def storage(case: Case) -> str:
+    """`store(q, ks, vs)` and `read_back(...)` for a quantized case (empty text otherwise)."""
+    if not quantized(case):
+        return ""
+    kvd, quant = case.kv_cache_dtype, case.cache.quant
+    q_scale = quant.q_fp8_scale
+    lines = [f'KV_CACHE_DTYPE = "{kvd.value}"', f"Q_FP8_SCALE = {q_scale!r}  # the query quantized to fp8 e4m3 too", ""]
+    if kvd.is_per_token_head:
+        qmax = TOKEN_HEAD_MAX[kvd]
+        store_one = [
+            "def store_one(x):",
+            f'    """x [tokens, H_KV, D] -> (stored, scale [tokens, H_KV]): scale = max(amax / {qmax}, '
+            f'{TOKEN_HEAD_MIN_SCALE}), vLLM\'s per-token-head writer."""',
+            "    amax = x.abs().float().amax(-1)",
+            f"    scale = torch.clamp(amax / torch.full_like(amax, {qmax}), min={TOKEN_HEAD_MIN_SCALE})",
+            "    y = x.float() / scale[..., None]"]
+        if kvd == KVCacheDType.INT8_PER_TOKEN_HEAD:
+            store_one += ["    # round half away from zero (the Triton writer adds +-0.5 and truncates), saturate",
+                          "    return (torch.sign(y) * torch.floor(y.abs() + 0.5)).clamp(-128, 127).to(torch.int8), scale"]
+        else:
+            store_one += ["    return y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale"]
+        body = ["    ks, k_scales = zip(*[store_one(k) for k in ks])", "    vs, v_scales = zip(*[store_one(v) for v in vs])"]
+    else:
+        fp8 = "torch.float8_e4m3fn" if kvd == KVCacheDType.FP8_E4M3 else "torch.float8_e5m2"
+        if quant.dynamic_scales:  # calc_kv_scales: amax over every key (value) / its range
+            scales = [f"    k_scale = torch.tensor([float(torch.cat(ks).abs().max()) / {K_RANGE} or 1.0])",
+                      f"    v_scale = torch.tensor([float(torch.cat(vs).abs().max()) / {V_RANGE} or 1.0])"]
+        else:
+            scales = [f"    k_scale = torch.tensor({list(quant.k_scales)!r})  # one, or one per kv head",
+                      f"    v_scale = torch.tensor({list(quant.v_scales)!r})"]
+        store_one = [
+            "def store_one(x, scale):",
+            f'    """x / scale saturated to {fp8}\'s finite range (vLLM\'s CUDA writer saturates; a plain cast would not)."""',
+            f"    return (x.float() / scale.reshape(1, -1, 1)).clamp(-{FP8_MAX[kvd]}, {FP8_MAX[kvd]}).to({fp8})"]
+        body = scales + ["    k_scales = [k_scale.reshape(1, -1)] * len(ks)", "    v_scales = [v_scale.reshape(1, -1)] * len(vs)",
+                         "    ks, vs = [store_one(k, k_scale) for k in ks], [store_one(v, v_scale) for v in vs]"]
+    lines += store_one + ["", "", "def store(q, ks, vs):",
+                          '    """(query, stored keys, stored values, key scales, value scales): scales [tokens or 1, H_KV] '
+                          'per sequence."""'] + body
+    lines += ["    if Q_FP8_SCALE is not None:",
+              "        q = (q.float() / Q_FP8_SCALE).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)",
+              "    return q, list(ks), list(vs), list(k_scales), list(v_scales)", "", "",
+              "def read_back(q, ks, vs, k_scales, v_scales, dtype):",
+              '    """What the kernel reads: stored x scale, in `dtype`."""',
+              "    q = q.to(dtype) * torch.tensor(Q_FP8_SCALE).to(dtype) if Q_FP8_SCALE is not None else q",
+              "    return (q, [k.to(dtype) * s.to(dtype)[..., None] for k, s in zip(ks, k_scales)],",
+              "            [v.to(dtype) * s.to(dtype)[..., None] for v, s in zip(vs, v_scales)])"]
+    return "\n".join(lines) + "\n"
