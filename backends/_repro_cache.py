@@ -8,10 +8,12 @@ the kernel reads: stored x scale.
 from __future__ import annotations
 
 from reference.case import Case, KVCacheDType
+from reference.int4 import SIGN_SEED
 from reference.quant import FP8_MAX, K_RANGE, TOKEN_HEAD_MAX, TOKEN_HEAD_MIN_SCALE, V_RANGE
 
-# int4 (packed codes with zero points) and the int8 fork's per-channel modes stay with `attnref replay`.
-WRITTEN_DTYPES = ("auto", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head")
+# The int8 fork's modes (per-channel value scales, a per-block key scale cache) stay with `attnref replay`.
+WRITTEN_DTYPES = ("auto", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head",
+                  "int4_per_token_head")
 
 HELPERS = '''
 def cu_seqlens(column):
@@ -28,14 +30,15 @@ def paged_cache(ks, vs, block_size, fill=float("nan")):
     pages = [-(-kv_len // block_size) for _, kv_len, _ in SEQS]
     dtype = ks[0].dtype if ks else DTYPE
     fill = fill if dtype.is_floating_point else 0
-    k_cache = torch.full((1 + sum(pages), block_size, H_KV, D), fill, device=DEVICE).to(dtype)
-    v_cache = torch.full((1 + sum(pages), block_size, H_KV, D_V), fill, device=DEVICE).to(dtype)
+    d, d_v = (ks[0].shape[-1], vs[0].shape[-1]) if ks else (D, D_V)  # int4: two codes per byte
+    k_cache = torch.full((1 + sum(pages), block_size, H_KV, d), fill, device=DEVICE).to(dtype)
+    v_cache = torch.full((1 + sum(pages), block_size, H_KV, d_v), fill, device=DEVICE).to(dtype)
     table = torch.zeros(len(SEQS), max(pages + [1]), dtype=torch.int32, device=DEVICE)
     first = 1
     for i, (_, kv_len, _) in enumerate(SEQS):
         table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
-        k_cache.view(-1, H_KV, D)[first * block_size:first * block_size + kv_len] = ks[i]
-        v_cache.view(-1, H_KV, D_V)[first * block_size:first * block_size + kv_len] = vs[i]
+        k_cache.view(-1, H_KV, d)[first * block_size:first * block_size + kv_len] = ks[i]
+        v_cache.view(-1, H_KV, d_v)[first * block_size:first * block_size + kv_len] = vs[i]
         first += pages[i]
     seq_lens = torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE)
     return k_cache, v_cache, table, pages, seq_lens
@@ -85,6 +88,8 @@ def storage(case: Case) -> str:
     kvd, quant = case.kv_cache_dtype, case.cache.quant
     q_scale = quant.q_fp8_scale
     lines = [f'KV_CACHE_DTYPE = "{kvd.value}"', f"Q_FP8_SCALE = {q_scale!r}  # the query quantized to fp8 e4m3 too", ""]
+    if kvd == KVCacheDType.INT4_PER_TOKEN_HEAD:
+        return "\n".join(lines + [f"SIGN_SEED = {SIGN_SEED:#x}  # vLLM's seed of the int4 rotation's signs"]) + INT4
     if kvd.is_per_token_head:
         qmax = TOKEN_HEAD_MAX[kvd]
         store_one = [
@@ -126,3 +131,55 @@ def storage(case: Case) -> str:
               "    return (q, [k.to(dtype) * s.to(dtype)[..., None] for k, s in zip(ks, k_scales)],",
               "            [v.to(dtype) * s.to(dtype)[..., None] for v, s in zip(vs, v_scales)])"]
     return "\n".join(lines) + "\n"
+
+
+INT4 = '''
+
+def hadamard(d):
+    """Sylvester's unnormalized Hadamard matrix [d, d] and the format's +-1 signs (a CPU generator, vLLM's seed)."""
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < d:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    gen = torch.Generator().manual_seed(SIGN_SEED)
+    return h, (2.0 * torch.bernoulli(torch.full((d,), 0.5), generator=gen) - 1.0).double()
+
+
+def round_half_away(x):
+    return torch.sign(x) * torch.floor(x.abs() + 0.5)
+
+
+def store_one(x):
+    """vLLM's int4 writer: rotate by H (s * x) (rounded to the model dtype), asymmetric 4-bit codes with
+    scale = max((max - min) / 15, 1e-6) and zero point z, two codes per byte (element 2i low), z in the scale's
+    low 4 mantissa bits. Returns (bytes [tokens, H_KV, d / 2], stored scales [tokens, H_KV])."""
+    h, signs = hadamard(x.shape[-1])
+    r = ((x.double() * signs) @ h).to(x.dtype).float()
+    lo, hi = r.amin(-1), r.amax(-1)
+    scale = torch.clamp((hi - lo) / torch.full_like(hi, 15.0), min=1e-6)
+    zero = round_half_away(-lo / scale).clamp(0, 15)
+    n = round_half_away(r * (1.0 / scale)[..., None] + zero[..., None]).clamp(0, 15).to(torch.uint8)
+    stored = ((scale.contiguous().view(torch.int32) & ~0xF) | zero.to(torch.int32)).view(torch.float32)
+    return n[..., 0::2] | (n[..., 1::2] << 4), stored
+
+
+def store(q, ks, vs):
+    """(query, key bytes, value bytes, key scales, value scales): stored scales [tokens, H_KV] per sequence."""
+    ks, k_scales = zip(*[store_one(k) for k in ks])
+    vs, v_scales = zip(*[store_one(v) for v in vs])
+    return q, list(ks), list(vs), list(k_scales), list(v_scales)
+
+
+def read_one(packed, stored, dtype):
+    """s * H ((n - z) * scale) / d in float64 (the scale's zero-point bits cleared), then rounded to `dtype`."""
+    bits = stored.contiguous().view(torch.int32)
+    scale, zero = (bits & ~0xF).view(torch.float32).double(), (bits & 0xF).double()
+    n = torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2).double()
+    h, signs = hadamard(n.shape[-1])
+    return (((n - zero[..., None]) * scale[..., None]) @ h * signs / n.shape[-1]).to(dtype)
+
+
+def read_back(q, ks, vs, k_scales, v_scales, dtype):
+    """What the kernel reads: the codes dequantized and rotated back."""
+    return (q, [read_one(k, s, dtype) for k, s in zip(ks, k_scales)],
+            [read_one(v, s, dtype) for v, s in zip(vs, v_scales)])
+'''

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -73,6 +74,10 @@ class Plumbing(Protocol):
     def stop(self, wid: int) -> None: ...
     def kill(self, wid: int) -> None: ...
     def close(self) -> None: ...
+
+
+class HarnessAbort(Exception):
+    """The campaign cannot go on (a worker cannot be started): it ends with this one line and exit 3."""
 
 
 class _Interrupted(Exception):
@@ -228,9 +233,12 @@ class Driver:
     def _start(self, slot: int) -> None:
         wid = self.next_wid
         self.next_wid += 1
+        try:
+            self.plumbing.start(wid, slot)
+        except Exception as e:  # noqa: BLE001 - any failure to start a worker ends the campaign (exit 3)
+            raise HarnessAbort(f"worker {wid} could not be started: {type(e).__name__}: {e}") from e
         self.slot_of[wid] = slot
         self.started_cases[wid] = 0
-        self.plumbing.start(wid, slot)
 
     def _handle(self, event: tuple) -> None:
         if event[0] == "exit":
@@ -294,32 +302,13 @@ class Driver:
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         deadline = None if self.cfg.seconds is None else time.time() + self.cfg.seconds
-        grace_until = None
         try:
-            for slot in range(self.plumbing.slots):
-                self._start(slot)
-            while True:
-                for event in self.plumbing.poll(0.2):
-                    self._handle(event)
-                self._check_hangs()
-                now = time.time()
-                if interrupted["signal"] is not None and grace_until is None:
-                    self._stop_all()
-                    grace_until = now + 3.0
-                elif deadline is not None and now >= deadline and grace_until is None:
-                    self._stop_all()
-                    grace_until = now + min(self.cfg.example_timeout, 30.0)
-                if grace_until is not None and (not self.slot_of or now >= grace_until):
-                    break
-                if grace_until is None:
-                    for wid, task in self.scheduler.schedule():
-                        if task.kind == TaskKind.SHRINK:
-                            self.shrinking[wid] = task
-                        self.plumbing.assign(wid, task, self._task_deadline(task, deadline))
-                    if self.scheduler.finished:
-                        self._stop_all()
-                        grace_until = now + 5.0
-                self.progress.tick()
+            self._loop(deadline, interrupted)
+        except HarnessAbort as e:
+            self.harness_errors.append(str(e))
+        except Exception as e:  # noqa: BLE001 - the driver never dies with a traceback: one line, exit 3
+            self.harness_errors.append(f"internal driver error: {type(e).__name__}: {e} (traceback in "
+                                       f"{self._log_traceback()})")
         finally:
             for wid in list(self.slot_of):  # stragglers past the grace period
                 self.plumbing.kill(wid)
@@ -336,6 +325,41 @@ class Driver:
         self.progress.close()
         self.store.close()
         return self._result(interrupted["signal"])
+
+    def _log_traceback(self) -> Path:
+        path = Path(self.cfg.out) / "logs" / "driver.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(traceback.format_exc())
+        return path
+
+    def _loop(self, deadline: float | None, interrupted: dict) -> None:
+        """Start the workers, then schedule and collect until the budget, the work or a signal ends it."""
+        grace_until = None
+        for slot in range(self.plumbing.slots):
+            self._start(slot)
+        while True:
+            for event in self.plumbing.poll(0.2):
+                self._handle(event)
+            self._check_hangs()
+            now = time.time()
+            if interrupted["signal"] is not None and grace_until is None:
+                self._stop_all()
+                grace_until = now + 3.0
+            elif deadline is not None and now >= deadline and grace_until is None:
+                self._stop_all()
+                grace_until = now + min(self.cfg.example_timeout, 30.0)
+            if grace_until is not None and (not self.slot_of or now >= grace_until):
+                break
+            if grace_until is None:
+                for wid, task in self.scheduler.schedule():
+                    if task.kind == TaskKind.SHRINK:
+                        self.shrinking[wid] = task
+                    self.plumbing.assign(wid, task, self._task_deadline(task, deadline))
+                if self.scheduler.finished:
+                    self._stop_all()
+                    grace_until = now + 5.0
+            self.progress.tick()
 
     def _result(self, signum: int | None) -> CampaignResult:
         rows = read_rows(self.cfg.out)

@@ -34,6 +34,7 @@ class LocalPool:
         self.readers: dict[int, int] = {}
         self.buffers: dict[int, bytes] = {}
         self.selector = selectors.DefaultSelector()
+        self.cwd = launch_directory()
 
     def start(self, wid: int, slot: int) -> None:
         read_fd, write_fd = os.pipe()
@@ -45,7 +46,7 @@ class LocalPool:
         proc = subprocess.Popen(
             [sys.executable, "-m", "campaign.pool", str(write_fd), json.dumps(self.config.to_dict())],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,), env=env,
-            start_new_session=True, cwd=os.getcwd())
+            start_new_session=True, cwd=self.cwd)
         os.close(write_fd)
         log.close()
         os.set_blocking(read_fd, False)
@@ -118,6 +119,16 @@ class LocalPool:
             os.close(fd)
         self.readers.clear()
         self.procs.clear()
+
+
+def launch_directory() -> str:
+    """The directory workers start in, resolved once: the driver's own working directory may be replaced while
+    it runs (a re-laid checkout), and os.getcwd() then raises. Its path, re-created, still works; attnref's
+    root stands in when even the driver's start directory is already gone."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return str(ROOT)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

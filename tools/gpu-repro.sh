@@ -38,10 +38,15 @@ for script in benchmarks/results/repro/*.py; do
   name=$(basename "$script" .py); [[ "$name" =~ ${MATCH:-.} ]] && cp "$script" "$DIR/committed-$name.py"
 done
 run_one() {
-  local t0=$(date +%s) rc last extra=
+  local t0=$(date +%s) rc last
   # vLLM's backends driven whole need its config code's packages (tools/stage-vllm.sh: /tmp/vdeps), last on the path
-  case $(basename "$1") in *vllm-backend-*) extra=:/tmp/vdeps ;; esac
-  PYTHONPATH=$PYTHONPATH$extra timeout "${TIMEOUT:-420}" python3 "$1" > "$1.out" 2>&1; rc=$?
+  local path=$PYTHONPATH
+  case $(basename "$1") in
+    *vllm-backend-*) path=$PYTHONPATH:/tmp/vdeps ;;
+    # xformers imports any flash_attn as FA2 and FA4's has no flash_attn_interface: xformers runs from its own folder
+    *xformers-*) path=$PWD:/tmp/site-xf ;;
+  esac
+  PYTHONPATH=$path timeout "${TIMEOUT:-420}" python3 "$1" > "$1.out" 2>&1; rc=$?
   last=$(grep -v '^\s*$' "$1.out" | tail -1)
   printf '%-72s rc=%-4s %4ss  %s\n' "$(basename "$1")" "$rc" "$(( $(date +%s) - t0 ))" "${last:0:160}"
 }

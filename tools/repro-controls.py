@@ -15,7 +15,8 @@ PLAIN = (Case(sequences=(SequenceSpec(query_len=5, context_len=40), SequenceSpec
               num_heads=4, num_kv_heads=2, head_size=128, dtype=DType.BFLOAT16, seed=7))
 
 
-QUANTIZED = (KVCacheDType.FP8_E4M3, KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD)
+QUANTIZED = (KVCacheDType.FP8_E4M3, KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD,
+             KVCacheDType.INT4_PER_TOKEN_HEAD)
 
 
 def control(backend, kvd: KVCacheDType = KVCacheDType.AUTO) -> Case | None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ from reports.repro import ReproUnsupported, write_repro
 from fuzz.compare import evaluate
 from fuzz.strategies import Limits, cases
 from reference import attention
-from reference.case import (BlockSparse, CacheSpec, Case, DType, GlobalPrefix, KVCacheDType, Quant, SequenceSpec, ValueDistribution,
+from reference.case import (BlockSparse, CacheSpec, Case, DType, GlobalPrefix, KVCacheDType, KVLayout, Quant, SequenceSpec, ValueDistribution,
                             Values)
 from reference.inputs import materialize
 
@@ -84,10 +83,10 @@ def test_cases_the_script_cannot_write_out_say_why():
         write_repro(sparse, "torch-naive-paged")
     with pytest.raises(ReproUnsupported, match="no repro template"):
         write_repro(WINDOW_BUG, "mutant-wrong-block-size")
-    int4 = WINDOW_BUG.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.INT4_PER_TOKEN_HEAD)),
-                              dtype=DType.BFLOAT16)
-    with pytest.raises(ReproUnsupported, match="int4_per_token_head"):
-        write_repro(int4, "vllm-triton-unified")
+    fork = CacheSpec(layout=KVLayout.FLASH_HND, block_size=16, quant=Quant(KVCacheDType.INT8_KV))
+    int8_fork = WINDOW_BUG.replace(cache=fork, dtype=DType.BFLOAT16)
+    with pytest.raises(ReproUnsupported, match="int8_kv"):
+        write_repro(int8_fork, "torch-naive-paged")
     fp8 = WINDOW_BUG.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.FP8_E4M3)), dtype=DType.BFLOAT16)
     with pytest.raises(ReproUnsupported, match="writes unquantized caches only"):  # never a script that drops the scales
         write_repro(fp8, "fa4-paged")
@@ -107,8 +106,10 @@ RULED = Case(sequences=(SequenceSpec(query_len=4, context_len=9), SequenceSpec(q
     RULED.replace(qq_bias=True, sliding_window=5),
     RULED.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.FP8_E4M3, dynamic_scales=True))),
     RULED.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.INT8_PER_TOKEN_HEAD))),
-    RULED.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.FP8_PER_TOKEN_HEAD)))],
-    ids=["prefix_lm", "r_swa", "chunk_lookback", "qq_bias", "fp8_dynamic", "int8_per_token_head", "fp8_per_token_head"])
+    RULED.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.FP8_PER_TOKEN_HEAD))),
+    RULED.replace(cache=CacheSpec(block_size=16, quant=Quant(KVCacheDType.INT4_PER_TOKEN_HEAD)))],
+    ids=["prefix_lm", "r_swa", "chunk_lookback", "qq_bias", "fp8_dynamic", "int8_per_token_head", "fp8_per_token_head",
+         "int4_per_token_head"])
 def test_each_rule_and_cache_dtype_is_written_out(case):
     assert_script_reference_is_the_oracle(case)
 
@@ -118,8 +119,6 @@ def test_each_rule_and_cache_dtype_is_written_out(case):
 def test_a_script_s_reference_is_the_oracle_for_mask_rules_and_quantized_caches(case):
     """The script's own float64 reference (its rules written out; the cache quantized with the case's scales and
     read back as stored x scale) equals attnref's oracle on what vLLM's unified attention accepts."""
-    if case.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
-        case = case.replace(cache=replace(case.cache, quant=Quant()))
     assert_script_reference_is_the_oracle(case)
 
 
