@@ -45,17 +45,22 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     out = actual.output.to(exp_out.device).double()
     empty = expected.num_visible == 0  # rows that see no key: output must be exactly 0
     rule = rule_for(case.dtype, case.kv_cache_dtype)
-    lim = limits(rule, exp_out[~empty], baseline.output.double()[~empty], case.dtype.torch, expected.lse)
-    nonempty = (out - exp_out).abs()[~empty]
+    # One difference tensor for every metric; rows with keys selected once (a view when every row has keys)
+    seen_rows = (lambda t: t[~empty]) if bool(empty.any()) else (lambda t: t.flatten(0, 1))
+    diff = (out - exp_out).abs()
+    exp_seen, base_seen = seen_rows(exp_out), seen_rows(baseline.output.double())
+    lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse)
+    nonempty = seen_rows(diff)
     finite = torch.isfinite(nonempty)
-    baseline_err = (baseline.output.double() - exp_out).abs()[~empty]
+    all_finite = bool(finite.all())
+    baseline_err = (base_seen - exp_seen).abs()
     row.update(
         limit=lim.max_limit, mean_limit=lim.mean_limit, floor=lim.floor,
         baseline_max_err=float(baseline_err.max()) if nonempty.numel() else 0.0,
         baseline_mean_err=float(baseline_err.mean()) if nonempty.numel() else 0.0,
         nan_count=int(out.isnan().sum()), inf_count=int(out.isinf().sum()),
     )
-    error_metrics(row, out, exp_out, empty, inputs)
+    error_metrics(row, out, exp_out, empty, inputs, diff)
     symptoms: list[Symptom] = []
     if actual.output_buffer is not None:
         spill = actual.output_buffer[actual.buffer_rows:]
@@ -68,14 +73,15 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
             got = "NaN" if rows.isnan().any() else f"max |out| {float(rows.abs().max()):.3g}"
             symptoms.append(Symptom(Verdict.CONTRACT, "empty-row-output",
                                     f"{int(empty.sum())} (token, head) rows see no key; kernel gave {got} instead of 0"))
-    if not bool(finite.all()):
+    if not all_finite:
         symptoms.append(Symptom(Verdict.NAN, "output-nan",
                                 f"{int((~finite).sum())} NaN/Inf elements where the oracle is finite"))
-    finite_max = float(nonempty[finite].max()) if bool(finite.any()) else 0.0
+    errors = nonempty if all_finite else nonempty[finite]
+    finite_max = float(errors.max()) if errors.numel() else 0.0
     if finite_max > lim.max_limit:
         symptoms.append(Symptom(Verdict.MISMATCH, "output", f"max error {finite_max:.4g} > limit {lim.max_limit:.4g} "
                                                             f"(baseline {row['baseline_max_err']:.3g})"))
-    finite_mean = float(nonempty[finite].mean()) if bool(finite.any()) else 0.0
+    finite_mean = float(errors.mean()) if errors.numel() else 0.0
     if finite_mean > lim.mean_limit:
         symptoms.append(Symptom(Verdict.MISMATCH, "output-mean",
                                 f"mean error {finite_mean:.4g} > mean limit {lim.mean_limit:.4g}"))
@@ -86,24 +92,32 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     record(row, symptoms)
 
 
-def error_metrics(row: dict[str, Any], out: Tensor, exp: Tensor, empty: Tensor, inputs: Inputs) -> None:
-    """max / mean / relative error, RMSE, cosine and the worst element (sequence, token, head, dim)."""
-    diff = (out - exp).abs()
-    d = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
+def error_metrics(row: dict[str, Any], out: Tensor, exp: Tensor, empty: Tensor, inputs: Inputs,
+                  diff: Tensor | None = None) -> None:
+    """max / mean / relative error, RMSE, cosine and the worst element (sequence, token, head, dim).
+    `diff`: |out - exp| when the caller has it. Rows with no key count as error 0; a non-finite error as inf."""
+    diff = (out - exp).abs() if diff is None else diff
+    finite_out = bool(torch.isfinite(out).all()) and bool(torch.isfinite(exp).all())
+    d = diff if finite_out else torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
     d = d.masked_fill(empty[..., None].expand_as(d), 0.0) if empty.any() else d
     if d.numel() == 0:
         row.update(max_err=0.0, mean_err=0.0, max_rel_err=0.0, rmse=0.0, cosine=1.0, error_ratio=0.0)
         return
-    flat = int(torch.argmax(torch.nan_to_num(d, posinf=1e300)))
+    flat = int(torch.argmax(d if finite_out else torch.nan_to_num(d, posinf=1e300)))
     token, head, dim = (flat // (d.shape[1] * d.shape[2]), (flat // d.shape[2]) % d.shape[1], flat % d.shape[2])
     starts = inputs.query_start_loc.tolist()
     seq = max(i for i in range(len(starts) - 1) if starts[i] <= token) if len(starts) > 1 else 0
-    fin = torch.isfinite(out) & torch.isfinite(exp)
-    a, e = out[fin], exp[fin]
+    if finite_out:
+        a, e, fd = out.flatten(), exp.flatten(), d
+    else:
+        fin = torch.isfinite(out) & torch.isfinite(exp)
+        a, e, fd = out[fin], exp[fin], d[torch.isfinite(d)]
     cos = float(torch.nn.functional.cosine_similarity(a.flatten(), e.flatten(), dim=0)) if a.numel() and e.norm() > 0 else 1.0
+    any_finite = fd.numel() > 0
+    rel = d / (exp.abs() + 1e-6)
     row.update(
-        max_err=float(d.max()), mean_err=float(d[torch.isfinite(d)].mean()) if torch.isfinite(d).any() else math.inf,
-        max_rel_err=float((d / (exp.abs() + 1e-6))[torch.isfinite(d)].max()) if torch.isfinite(d).any() else math.inf,
+        max_err=float(d.max()), mean_err=float(fd.mean()) if any_finite else math.inf,
+        max_rel_err=float(rel.max() if finite_out else rel[torch.isfinite(d)].max()) if any_finite else math.inf,
         rmse=float(((a - e) ** 2).mean().sqrt()) if a.numel() else 0.0, cosine=cos,
         worst_seq=seq, worst_token=token - starts[seq], worst_token_flat=token, worst_head=head, worst_dim=dim,
         worst_expected=float(exp[token, head, dim]), worst_actual=float(out[token, head, dim]),
