@@ -22,6 +22,7 @@ def whole(case: Case, module: str, cls: str, zeroed_cache: bool, cascade_prefix:
         impl.append("use_alibi_sqrt=True")
     if case.chunk_lookback is not None:
         impl.append("chunk_lookback=LOOKBACK[1]")
+    impl_args = (",\n" + " " * 16).join(impl)
     text = f'''
 BLOCK = {case.cache.block_size}  # tokens per page
 
@@ -64,7 +65,8 @@ def kernel(q, ks, vs):
     _, _, table, pages, seq_lens = paged_cache(ks, vs, BLOCK)  # only its block table: vLLM writes its own cache
     with set_current_vllm_config(cfg):
         with torch.device(DEVICE):  # model loading builds layers with the GPU as default device
-            impl = Backend.get_impl_cls()({", ".join(impl)})
+            impl = Backend.get_impl_cls()(
+                {impl_args})
         layer = Attention.__new__(Attention)  # what forward and the builders read of the layer
         torch.nn.Module.__init__(layer)
         layer.impl, layer.layer_name = impl, "{LAYER}"
