@@ -48,7 +48,9 @@ def test_one_less_than_the_edge_bounds_a_row_somewhere(case):
     full, cut = r.attention(r.materialize(bounded)), r.attention(r.materialize(tighter))
     lengths = [(s.query_len, s.key_len) for s in case.sequences]
     if any(q and k and max(q, k) == spellings.extent(case) for q, k in lengths):
-        assert not torch.equal(full.lse, cut.lse)
+        # counted on the mask: a masked key whose weight underflows leaves the LSE bit for bit the same (a drawn
+        # case: LSE 72.0720 with 3 and with 2 visible keys)
+        assert not torch.equal(full.num_visible, cut.num_visible)
 
 
 def test_window_sizes_reach_the_edges_and_past_the_sequence():
