@@ -22,37 +22,42 @@ def cu_seqlens(column):
                         device=DEVICE)
 
 
-def paged_cache(ks, vs, block_size, fill=float("nan")):
-    """Each sequence's keys and values in pages of block_size tokens, [pages, block_size, H_KV, D], from page 1 on;
-    page 0 and every unused slot hold `fill` (0 in an integer cache), so a kernel that reads past a sequence shows
-    it. Returns the two pools (in the keys' dtype), the block table [B, max pages] (unused entries 0), each
-    sequence's page count and its key count."""
+def block_table(block_size):
+    """Each sequence's pages, numbered from 1 in order: the table [B, max pages] (unused entries 0), each sequence's
+    page count and its key count."""
     pages = [-(-kv_len // block_size) for _, kv_len, _ in SEQS]
-    dtype = ks[0].dtype if ks else DTYPE
-    fill = fill if dtype.is_floating_point else 0
-    d, d_v = (ks[0].shape[-1], vs[0].shape[-1]) if ks else (D, D_V)  # int4: two codes per byte
-    k_cache = torch.full((1 + sum(pages), block_size, H_KV, d), fill, device=DEVICE).to(dtype)
-    v_cache = torch.full((1 + sum(pages), block_size, H_KV, d_v), fill, device=DEVICE).to(dtype)
     table = torch.zeros(len(SEQS), max(pages + [1]), dtype=torch.int32, device=DEVICE)
     first = 1
-    for i, (_, kv_len, _) in enumerate(SEQS):
-        table[i, :pages[i]] = torch.arange(first, first + pages[i], dtype=torch.int32)
-        k_cache.view(-1, H_KV, d)[first * block_size:first * block_size + kv_len] = ks[i]
-        v_cache.view(-1, H_KV, d_v)[first * block_size:first * block_size + kv_len] = vs[i]
-        first += pages[i]
-    seq_lens = torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE)
-    return k_cache, v_cache, table, pages, seq_lens
+    for i, n in enumerate(pages):
+        table[i, :n] = torch.arange(first, first + n, dtype=torch.int32)
+        first += n
+    return table, pages, torch.tensor([s[1] for s in SEQS], dtype=torch.int32, device=DEVICE)
+
+
+def paged(xs, block_size, fill):
+    """Per-sequence tensors [kv_len, ...] in one pool [1 + pages, block_size, ...] laid out as block_table says, in
+    xs' dtype; page 0 and every unused slot hold `fill` (0 in an integer pool)."""
+    _, pages, _ = block_table(block_size)
+    dtype = xs[0].dtype
+    fill = fill if dtype.is_floating_point else 0
+    pool = torch.full((1 + sum(pages), block_size) + tuple(xs[0].shape[1:]), fill, device=DEVICE).to(dtype)
+    first = 1
+    for x, n in zip(xs, pages):
+        pool.view(-1, *x.shape[1:])[first * block_size:first * block_size + x.shape[0]] = x
+        first += n
+    return pool
+
+
+def paged_cache(ks, vs, block_size, fill=float("nan")):
+    """Each sequence's keys and values in pages of block_size tokens, [pages, block_size, H_KV, D] (int4: D / 2
+    bytes), with `fill` wherever no key is, so a kernel that reads past a sequence shows it. Returns the two pools
+    and block_table's table, page counts and key counts."""
+    return (paged(ks, block_size, fill), paged(vs, block_size, fill)) + block_table(block_size)
 
 
 def paged_scales(scales, block_size):
     """Per-(token, kv head) scales [kv_len, H_KV] of each sequence in paged_cache's pages: [pages, block_size, H_KV]."""
-    pages = [-(-kv_len // block_size) for _, kv_len, _ in SEQS]
-    out = torch.ones(1 + sum(pages), block_size, H_KV, dtype=torch.float32, device=DEVICE)
-    first = 1
-    for i, (_, kv_len, _) in enumerate(SEQS):
-        out.view(-1, H_KV)[first * block_size:first * block_size + kv_len] = scales[i]
-        first += pages[i]
-    return out
+    return paged([s.float() for s in scales], block_size, 1.0)
 
 
 def v0_cache(k_cache, v_cache):

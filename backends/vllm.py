@@ -23,7 +23,7 @@ from dataclasses import replace
 from reference.case import AlibiConvention, AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
-from . import spellings, vllm_repro
+from . import spellings
 from ._convert import cu_seqlens, tokens_first_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason, poisoned_output
 
@@ -89,11 +89,16 @@ def _aot_schedule(case, q, kw: dict, seqused_k, causal: bool):
         num_splits=kw["num_splits"])
 
 
-def _flash_window(case) -> list[int]:
+def flash_window(case) -> list[int]:
     """flash-attn's [left, right]; a causal call's right side is 0. An unbounded side is -1 (also for the
     "none" spelling, whose call leaves window_size out when both sides are unbounded), the keys' edge, or
     a number beyond them (backends.spellings)."""
     return [-1 if x is None else x for x in spellings.window_pair(case, spellings.MINUS_ONE, causal_in_window=True)]
+
+
+def window_omitted(case, window: list[int]) -> bool:
+    """The "none" spelling of an unbounded window: the call leaves window_size out when both sides are unbounded."""
+    return window == [-1, -1] and case.encoding(spellings.UNBOUNDED_WINDOW, spellings.MINUS_ONE) == spellings.NONE
 
 
 class VllmBackend(Backend):
@@ -154,7 +159,7 @@ class Fa3Paged(VllmBackend):
                   max_seqlen_k=max(max_k, 1), softmax_scale=case.softmax_scale, causal=causal,
                   softcap=case.soft_cap or 0.0, return_softmax_lse=True, fa_version=self.fa_version,
                   num_splits=int(case.encoding("num_splits", "0")))
-        if window is not None and not (window == [-1, -1] and case.encoding("unbounded_window", "minus_one") == "none"):
+        if window is not None and not window_omitted(case, window):
             kw["window_size"] = window
         if seqused_k is not None:
             kw.update(seqused_k=seqused_k, block_table=block_table)
@@ -178,6 +183,8 @@ class Fa3Paged(VllmBackend):
     repro_quantized = True
 
     def repro_kernel(self, case) -> str | None:
+        from . import vllm_repro
+
         return vllm_repro.fa3(case)
 
     def run(self, inputs: Inputs) -> Actual:
@@ -186,7 +193,7 @@ class Fa3Paged(VllmBackend):
         buffer = poisoned_output(inputs)
         out, lse = self.call(inputs, inputs.query, pool.key_view(), pool.value_view(), causal=case.is_causal,
                              seqused_k=inputs.seq_lens.to(inputs.device), max_k=case.max_kv_len,
-                             block_table=inputs.block_table, window=_flash_window(case), sinks=inputs.sinks,
+                             block_table=inputs.block_table, window=flash_window(case), sinks=inputs.sinks,
                              out=buffer[: case.num_tokens])
         lse, notes = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")
         return Actual(output=buffer[: case.num_tokens], lse=lse, output_buffer=buffer, buffer_rows=case.num_tokens,
@@ -277,6 +284,8 @@ class TritonUnified(VllmBackend):
     repro_quantized = True
 
     def repro_kernel(self, case) -> str | None:
+        from . import vllm_repro
+
         return vllm_repro.unified(case)
 
 
@@ -310,6 +319,8 @@ class PrefixPrefill(VllmBackend):
         return reasons
 
     def repro_kernel(self, case) -> str | None:
+        from . import vllm_repro
+
         return vllm_repro.prefix_prefill(case, chunked=False)
 
     def run(self, inputs: Inputs) -> Actual:
@@ -354,6 +365,8 @@ class TritonDecode(VllmBackend):
     repro_quantized = True
 
     def repro_kernel(self, case) -> str | None:
+        from . import vllm_repro
+
         return vllm_repro.decode(case)
 
     def run(self, inputs: Inputs) -> Actual:
@@ -427,6 +440,8 @@ class WritesCache(Fa3Paged):
 
     def repro_kernel(self, case) -> str | None:
         # FA3 reading the cache the script writes in plain torch: the writer's bytes are compared by attnref itself
+        from . import vllm_repro
+
         return vllm_repro.fa3(case)
 
     def run(self, inputs: Inputs) -> Actual:
@@ -449,7 +464,7 @@ class WritesCache(Fa3Paged):
         buffer = poisoned_output(inputs)
         out, lse = self.call(inputs, inputs.query, pool.key_view(), pool.value_view(), causal=True,
                              seqused_k=inputs.seq_lens.to(dev), max_k=case.max_kv_len, block_table=inputs.block_table,
-                             window=_flash_window(case), sinks=inputs.sinks, out=buffer[: case.num_tokens])
+                             window=flash_window(case), sinks=inputs.sinks, out=buffer[: case.num_tokens])
         lse, notes = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")
         return Actual(output=buffer[: case.num_tokens], lse=lse, output_buffer=buffer, buffer_rows=case.num_tokens,
                       written_cache=cache, notes=notes)

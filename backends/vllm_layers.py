@@ -34,7 +34,7 @@ import torch
 from reference.case import AlibiConvention, AttentionType, BlockTableKind, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs, KVCache, slots_for
 
-from . import vllm_layers_repro
+from .vllm_layers_repro import cascade_prefix, whole
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
 F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
@@ -160,7 +160,7 @@ class LayerBackend(Backend):
                 is_prefilling=torch.tensor([s.query_len > 1 for s in case.sequences], device=dev),
                 mm_req_doc_ranges=None if case.bidirectional_ranges is None else {
                     i: list(r) for i, r in enumerate(case.bidirectional_ranges) if r})
-            prefix = self._common_prefix_len(case)
+            prefix = cascade_prefix(case)
             metadata = builder.build(common_prefix_len=prefix, common_attn_metadata=common)
             buffer = poisoned_output(inputs)
             impl.forward(layer, inputs.query, inputs.key[: case.num_tokens], inputs.value[: case.num_tokens],
@@ -189,12 +189,8 @@ class LayerBackend(Backend):
                                     torch.cat(slots).to(dev))
         return torch.cat(slots).to(torch.int64) if slots else torch.zeros(0, dtype=torch.int64)
 
-    def _common_prefix_len(self, case) -> int:
-        """Cascade attention (FLASH_ATTN) over a shared prefix of whole blocks, when drawn."""
-        return vllm_layers_repro.cascade_prefix(case)
-
     def repro_kernel(self, case) -> str | None:
-        return vllm_layers_repro.whole(case, self.module, self.cls, self.zeroed_cache, self._common_prefix_len(case))
+        return whole(case, self.module, self.cls, self.zeroed_cache, cascade_prefix(case))
 
 
 def oracle_form_cache(template: KVCache, packed: torch.Tensor, k_scales: torch.Tensor, v_scales: torch.Tensor,

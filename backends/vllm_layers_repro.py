@@ -62,7 +62,7 @@ def kernel(q, ks, vs):
     text += f'''
     cfg = llama_config(tempfile.mkdtemp())
     set_kv_cache_layout("{case.encoding("cache_layout", "NHD")}")
-    _, _, table, pages, seq_lens = paged_cache(ks, vs, BLOCK)  # only its block table: vLLM writes its own cache
+    table, pages, seq_lens = block_table(BLOCK)  # vLLM writes its own cache
     with set_current_vllm_config(cfg):
         with torch.device(DEVICE):  # model loading builds layers with the GPU as default device
             impl = Backend.get_impl_cls()(

@@ -9,7 +9,7 @@ import textwrap
 
 from reference.case import AlibiConvention, Case
 
-from . import spellings
+from .vllm import flash_window, triton_padded, window_omitted
 
 
 def _canary(case: Case) -> str:
@@ -42,7 +42,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
 '''
     if three_d:
         text += f'''    # the 3D (split-KV) path: taken when every sequence decodes one token and fewer than seq_threshold_3D run
-    segments, n, d = 16, q.shape[0], {1 << (case.head_size - 1).bit_length()}
+    segments, n, d = 16, q.shape[0], {triton_padded(case.head_size)}
     kw.update(seq_threshold_3D=len(SEQS) + 1, num_par_softmax_segments=segments,
               softmax_segm_output=torch.empty(n, H, segments, d, dtype=torch.float32, device=DEVICE),
               softmax_segm_max=torch.empty(n, H, segments, dtype=torch.float32, device=DEVICE),
@@ -75,8 +75,8 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
 def fa3(case: Case) -> str:
     """vllm_flash_attn.flash_attn_varlen_func(fa_version=3) over the paged cache: window, soft-cap, s_aux sinks,
     num_splits, fp8 with descales, the scheduler planned ahead of time (get_scheduler_metadata) or by FA3."""
-    window = [-1 if x is None else x for x in spellings.window_pair(case, spellings.MINUS_ONE, causal_in_window=True)]
-    omit = window == [-1, -1] and case.encoding(spellings.UNBOUNDED_WINDOW, "minus_one") == "none"
+    window = flash_window(case)
+    omit = window_omitted(case, window)
     text = f'''
 def kernel(q, ks, vs, k_scales=None, v_scales=None):
     """FA3 as vLLM ships it, over a paged cache of {case.cache.block_size}-token pages (unused slots hold canaries)."""

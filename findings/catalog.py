@@ -35,8 +35,7 @@ TORCH = (
           "With a window and more queries than keys, a row whose window ends before the first key returns a "
           "non-zero output (2.3-3.4) and, for window (0, unbounded), a NaN LSE, instead of 0 and -inf.",
           ("aten-flash-varlen-window-before-first-key.json", "torch-varlen-window-before-first-key.json",
-           "torch-varlen-window-left0-more-queries-lse-nan.json"), H100_TORCH,
-          repro="aten-flash-varlen-window-before-first-key.py"),
+           "torch-varlen-window-left0-more-queries-lse-nan.json"), H100_TORCH),
     Entry("flash-right-window-past-keys", D, TORCH_CUDA, "aten._flash_attention_forward (window_size_right)",
           "A bounded right window side at or beyond the keys is taken as unbounded: with more queries than keys the "
           "first rows, whose right bound still excludes keys, see every key (error 3.1, limit 0.05).",
@@ -134,7 +133,7 @@ VLLM_ROWS = (
           "The soft-cap is computed from exp of both signs instead of tanh: NaN once |S / cap| > ~88.",
           ("vllm-triton-unified-soft-cap-nan.json", "vllm-triton-unified-ea78f6f1a1.json",
            "vllm-backend-triton-eefc7e5613.json", "vllm-backend-triton-d4aceebfc6.json",
-           "vllm-backend-triton-a619ba3a15.json"), VLLM_KERNELS, repro="vllm-triton-unified-soft-cap-nan.py"),
+           "vllm-backend-triton-a619ba3a15.json"), VLLM_KERNELS),
     Entry("vllm-unified-empty-rows-nan", D, VLLM, "triton_unified_attention (2D and 3D paths)",
           "A row that sees no key gets NaN, not 0.",
           ("vllm-triton-unified-3d-no-keys-nan.json", "vllm-triton-unified-2d-row-without-keys-nan.json",
