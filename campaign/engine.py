@@ -80,10 +80,6 @@ class HarnessAbort(Exception):
     """The campaign cannot go on (a worker cannot be started): it ends with this one line and exit 3."""
 
 
-class _Interrupted(Exception):
-    pass
-
-
 class Driver:
     def __init__(self, cfg: CampaignConfig, plumbing: Plumbing, worker_config: WorkerConfig) -> None:
         self.cfg, self.plumbing, self.wcfg = cfg, plumbing, worker_config

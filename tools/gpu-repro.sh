@@ -10,13 +10,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"; LOG=$OUT/repro-log.txt; DIR=/tmp/attnref-repro; rm -rf "$DIR"; mkdir -p "$DIR"
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch; print('torch', torch.__version__)"
-  python3 -c "import importlib.metadata as m
-for p in ('flash-attn-4', 'flashinfer-python', 'xformers', 'vllm'):
-    try: print(p, m.version(p))
-    except m.PackageNotFoundError: print(p, 'not installed')"
-  date -u; } > "$LOG" 2>&1
+bash tools/device-info.sh > "$LOG" 2>&1
 python3 - "$DIR" "${MATCH:-.}" <<'PY'  # one process writes every script (an import of torch per case costs seconds)
 import json, pathlib, re, sys
 from reference.case import Case

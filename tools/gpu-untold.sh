@@ -9,13 +9,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; NAME=${NAME:-untold}; RES=${RES:-/tmp/$NAME}; mkdir -p "$OUT"
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch; print('torch', torch.__version__)"
-  python3 -c "import importlib.metadata as m
-for p in ('flash-attn-4', 'flashinfer-python', 'xformers', 'vllm'):
-    try: print(p, m.version(p))
-    except m.PackageNotFoundError: pass"
-  date -u; echo "backends: $BACKENDS; $SECS s; workers ${WORKERS:-auto}"; } > "$OUT/$NAME.log" 2>&1
+{ bash tools/device-info.sh; echo "backends: $BACKENDS; $SECS s; workers ${WORKERS:-auto}"; } > "$OUT/$NAME.log" 2>&1
 args=""; for b in $BACKENDS; do args="$args --backend $b"; done
 timeout $((SECS + 120)) python3 -m cli fuzz $args --time "$SECS" --workers "${WORKERS:-auto}" --quiet \
   --out "$RES" >> "$OUT/$NAME.log" 2>&1
