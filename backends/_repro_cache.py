@@ -82,6 +82,15 @@ STORED_INPUTS = '''    q, ks, vs = draw_inputs()
                                 [s.to(DEVICE) for s in k_scales], [s.to(DEVICE) for s in v_scales])'''
 
 
+WRITER_INPUTS = '''    q, ks, vs = draw_inputs()
+    stored = store(q, ks, vs)  # as the library's writer should store them
+    expected, expected_lse = reference(*read_back(*stored, torch.float64))
+    baseline, baseline_lse = reference(*read_back(*stored, DTYPE), DTYPE)  # a plain {dtype} pass
+    k_scales, v_scales = stored[3], stored[4]  # the library's writer stores the unquantized keys and values itself
+    actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs],
+                                [s.to(DEVICE) for s in k_scales], [s.to(DEVICE) for s in v_scales])'''
+
+
 def quantized(case: Case) -> bool:
     return case.cache is not None and case.kv_cache_dtype.value not in ("auto", "bfloat16", "float16")
 

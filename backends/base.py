@@ -251,6 +251,9 @@ class Backend:
     # A template that takes quantized caches: `kernel(q, ks, vs, k_scales, v_scales)` is handed what the cache
     # stores and the dequantization scales (backends/_repro_cache.py); other templates see unquantized cases only.
     repro_quantized = False
+    # with repro_quantized: the template's kernel takes the unquantized keys and values (and the scales) and lets
+    # the library's own writer store them; the script's reference still reads back its own store()
+    repro_writes_cache = False
 
     def repro_kernel(self, case: Case) -> str | None:
         """Source of `def kernel(q, ks, vs) -> (out, lse | None)` calling the library as `run` does, for a

@@ -245,6 +245,32 @@ class FlashInferCascade(Backend):
         key = (self.name, case.dtype, case.head_size, case.soft_cap is not None, case.num_heads // case.num_kv_heads)
         return Actual(output=out, notes=first_call_note(_SEEN, key, t0))
 
+    def repro_kernel(self, case) -> str | None:
+        scale = ", sm_scale=SCALE" if spellings.scale_kwargs(case, "sm_scale") else ""
+        return f'''
+def kernel(q, ks, vs):
+    import flashinfer
+
+    bs, shared = {case.cache.block_size}, {case.cache.prefix_blocks}  # the first `shared` pages hold every sequence's prefix
+    k_cache, v_cache, table, pages, _ = paged_cache(ks, vs, bs)  # NaN in every slot past a sequence
+
+    def csr(lists, last):  # FlashInfer's page metadata: (indptr, indices, slots used on each last page)
+        indptr = torch.tensor([0] + [x.numel() for x in lists], device=DEVICE).cumsum(0).to(torch.int32)
+        return indptr, torch.cat(lists).to(torch.int32), torch.tensor(last, dtype=torch.int32, device=DEVICE)
+
+    # level 0: every query of the batch as one request over sequence 0's prefix pages (the prefix keys are the same
+    # in every sequence); level 1: each sequence's own pages after the prefix, causal
+    levels = [csr([table[0, :shared]], [bs]),
+              csr([table[i, shared:n] for i, n in enumerate(pages)],
+                  [s[1] - (n - 1) * bs if n > shared else 0 for s, n in zip(SEQS, pages)])]
+    qo = [torch.tensor([0, q.shape[0]], dtype=torch.int32, device=DEVICE), cu_seqlens(0)]
+    workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)
+    w = flashinfer.MultiLevelCascadeAttentionWrapper(2, workspace, "NHD")
+    w.plan(qo, [x[0] for x in levels], [x[1] for x in levels], [x[2] for x in levels], H, H_KV, D, bs, causal=True,
+           logits_soft_cap=SOFT_CAP, q_data_type=DTYPE, kv_data_type=DTYPE{scale})
+    return w.run(q, (k_cache, v_cache)), None  # the cascade wrapper returns no LSE
+'''
+
 
 class FlashInferMLA(Backend):
     """flashinfer.mla.BatchMLAPagedAttentionWrapper (absorbed MLA) on the `mla_latent` cache.
@@ -318,6 +344,34 @@ class FlashInferMLA(Backend):
         out, lse = wrapper.run(query=inputs.query, kv_cache=pool, return_lse=True, **scales)
         key = (self.name, case.dtype, case.head_size, case.value_size, fp8, case.num_heads)
         return Actual(output=out, lse=lse_natural(lse, base_two=True), notes=first_call_note(_SEEN, key, t0))
+
+    repro_quantized = True  # fp8 e4m3 per tensor: one scale for the latent and rope parts
+
+    def repro_kernel(self, case) -> str | None:
+        return f'''
+def kernel(q, ks, vs, k_scales=None, v_scales=None):
+    from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
+
+    bs = {case.cache.block_size}
+    # the packed latent cache [pages, bs, kv_lora_rank + rope_dim]: the value is the latent's first D_V dims
+    pool, _, table, pages, kv_lens = paged_cache(ks, vs, bs)
+    pool = pool[:, :, 0]
+    indptr = torch.tensor([0] + pages, device=DEVICE).cumsum(0).to(torch.int32)
+    indices = torch.cat([table[i, :n] for i, n in enumerate(pages)]).to(torch.int32)
+    meta = MLAPlanMetadata.csr(qo_indptr=cu_seqlens(0), kv_indptr=indptr, kv_indices=indices, kv_len_arr=kv_lens)
+    fp8 = k_scales is not None
+    workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)
+    w = BatchMLAPagedAttentionWrapper(workspace, backend="{self.option}")
+    w.plan(metadata=meta, num_heads=H, head_dim_ckv=D_V, head_dim_kpe=D - D_V, page_size=bs, causal=True,
+           sm_scale=SCALE, q_data_type=DTYPE, kv_data_type=pool.dtype, lse_mode="base2",
+           scale_mode="kv-per-tensor" if fp8 else "default")
+    scales = {{}}
+    if fp8:
+        s = float(k_scales[0].reshape(-1)[0])
+        scales = dict(ckv_scale=s, kpe_scale=s)
+    out, lse = w.run(query=q, kv_cache=pool, return_lse=True, **scales)
+    return out, lse.float() * math.log(2)  # base-2 LSE
+'''
 
 
 def flashinfer_backends() -> list[Backend]:

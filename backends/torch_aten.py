@@ -276,6 +276,27 @@ class TorchVarlen(Backend):
         lse_th, layout = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented=self._lse_layout())
         return Actual(output=out, lse=lse_th, notes={"lse_shape": list(lse.shape)} | layout)
 
+    def repro_kernel(self, case) -> str | None:
+        window = spellings.window_pair(case, spellings.MINUS_ONE, causal_in_window=True)
+        scale = spellings.scale_kwargs(case, "scale")
+        return f'''
+def kernel(q, ks, vs):
+    import inspect
+
+    from torch.nn.attention.varlen import AuxRequest, varlen_attn
+
+    k, v = torch.cat(ks), torch.cat(vs)
+    max_q, max_k = max(max(s[0] for s in SEQS), 1), max(max(s[1] for s in SEQS), 1)
+    kw = {{"enable_gqa": H != H_KV}} if "enable_gqa" in inspect.signature(varlen_attn).parameters else {{}}
+    # causality is the window (-1, 0), aligned bottom-right; an unbounded side as the case spells it
+    out, lse = varlen_attn(q, k, v, cu_seqlens(0), cu_seqlens(1), max_q, max_k, return_aux=AuxRequest(lse=True),
+                           window_size={window!r}, **{scale!r}, **kw)
+    lse = lse.float().reshape(lse.shape[0], -1)
+    # torch 2.11 returns the LSE as [H, T]; its docstring, and later releases, [T, H]
+    before_2_12 = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 12)
+    return out, (lse.transpose(0, 1) if before_2_12 else lse)
+'''
+
 
 @functools.cache
 def _varlen_takes_gqa_flag() -> bool:

@@ -46,6 +46,7 @@ class VllmFa4Paged(Fa3Paged):
             encodings=tuple(e for e in self.caps.encodings if e[0] != "scheduler"))  # an FA3 scheduler only
 
     def availability(self) -> str | None:
+        share_compiled_kernels()  # vLLM's FA4 copy reads the same variable, once, at import (its cache_utils.py)
         reason = super().availability()
         if reason is None and importlib.util.find_spec("cutlass") is None:
             return "vLLM's FA4 JIT-compiles with the CuTe DSL: nvidia-cutlass-dsl (the fa4 wheel group) is not installed"
@@ -64,12 +65,10 @@ class VllmFa4Paged(Fa3Paged):
                            "(a convention of its own: the Triton kernel applies both)")
         return reasons
 
-    def availability(self) -> str | None:
-        share_compiled_kernels()  # vLLM's FA4 copy reads the same variable, once, at import (its cache_utils.py)
-        return super().availability()
-
     def repro_kernel(self, case) -> str | None:
-        return None  # vLLM's FA4 with the mask_mods its backend builds: replay with attnref
+        from . import vllm_repro
+
+        return vllm_repro.fa3(case, version=4)
 
     def run(self, inputs: Inputs) -> Actual:
         share_compiled_kernels()

@@ -189,8 +189,14 @@ class LayerBackend(Backend):
                                     torch.cat(slots).to(dev))
         return torch.cat(slots).to(torch.int64) if slots else torch.zeros(0, dtype=torch.int64)
 
+    # quantized caches: the script hands the unquantized keys and values and the per-tensor scales; vLLM's writer
+    # stores them (backends/vllm_layers_repro.py)
+    repro_quantized = True
+    repro_writes_cache = True
+
     def repro_kernel(self, case) -> str | None:
-        return whole(case, self.module, self.cls, self.zeroed_cache, cascade_prefix(case))
+        return whole(case, self.module, self.cls, self.zeroed_cache, cascade_prefix(case),
+                     KV_DTYPE_STRINGS[case.kv_cache_dtype])
 
 
 def oracle_form_cache(template: KVCache, packed: torch.Tensor, k_scales: torch.Tensor, v_scales: torch.Tensor,

@@ -2,8 +2,9 @@
 builds what vLLM's model runner builds, with vLLM's public API only: a one-layer llama config in a temporary
 folder, the backend's AttentionImpl, the backend's own KV cache (its shape and stride order), the context and
 the new tokens stored by the impl's do_kv_cache_update, CommonAttentionMetadata, the builder's metadata, forward.
-Quantized caches are not written out here: vLLM's writer quantizes them itself, and attnref judges the
-attention over the codes it wrote (`attnref replay`).
+Quantized caches: the kernel gets the keys and values unquantized (vLLM's writer quantizes them itself, with the
+case's per-tensor scales on the layer); the script's reference reads back its own store(), vLLM's writer rules
+(backends/_repro_cache.py), so a writer that stores other codes shows as the backend being off.
 """
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from reference.case import AlibiConvention, BlockTableKind, Case
 LAYER = "model.layers.0.self_attn.attn"
 
 
-def whole(case: Case, module: str, cls: str, zeroed_cache: bool, cascade_prefix: int) -> str:
+def whole(case: Case, module: str, cls: str, zeroed_cache: bool, cascade_prefix: int, kv_dtype: str = "auto") -> str:
     flex = cls == "FlexAttentionBackend"
     impl = [f"num_heads=H, head_size=D, scale=SCALE, num_kv_heads=H_KV, sliding_window={case.sliding_window}",
-            'kv_cache_dtype="auto", logits_soft_cap=SOFT_CAP',
+            'kv_cache_dtype=CACHE_DTYPE, logits_soft_cap=SOFT_CAP',
             "alibi_slopes=None if ALIBI is None else [float(x) for x in ALIBI]",
             "sinks=None if SINKS is None else SINKS.to(DEVICE, DTYPE)"]
     if case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT:
@@ -25,6 +26,7 @@ def whole(case: Case, module: str, cls: str, zeroed_cache: bool, cascade_prefix:
     impl_args = (",\n" + " " * 16).join(impl)
     text = f'''
 BLOCK = {case.cache.block_size}  # tokens per page
+CACHE_DTYPE = "{kv_dtype}"  # vLLM's cache_dtype string
 
 
 def llama_config(folder):
@@ -41,10 +43,10 @@ def llama_config(folder):
                    "torch_dtype": "{case.dtype.value}"}}, f)
     model = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype="{case.dtype.value}",
                         max_model_len=1 << 17)
-    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=BLOCK, cache_dtype="auto"))
+    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=BLOCK, cache_dtype=CACHE_DTYPE))
 
 
-def kernel(q, ks, vs):
+def kernel(q, ks, vs, k_scales=None, v_scales=None):
     """vLLM's {cls} as its model runner drives it ({case.encoding("cache_layout", "NHD")} cache layout)."""
     import tempfile
 
@@ -52,6 +54,7 @@ def kernel(q, ks, vs):
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.v1.attention.backend import CommonAttentionMetadata
     from vllm.v1.attention.backends.utils import set_kv_cache_layout
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
     from vllm.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
     from {module} import {cls} as Backend
 '''
@@ -70,18 +73,22 @@ def kernel(q, ks, vs):
         layer = Attention.__new__(Attention)  # what forward and the builders read of the layer
         torch.nn.Module.__init__(layer)
         layer.impl, layer.layer_name = impl, "{LAYER}"
-        for name in ("_k_scale", "_v_scale", "_q_scale"):
-            setattr(layer, name, torch.ones(1, dtype=torch.float32, device=DEVICE))
-            setattr(layer, name + "_float", 1.0)
+        # fp8 per tensor: the case's scales, as the checkpoint gives them (per-token-head writers compute their own)
+        per_tensor = CACHE_DTYPE.startswith("fp8") and not CACHE_DTYPE.endswith("per_token_head")
+        scales = (float(k_scales[0].reshape(-1)[0]), float(v_scales[0].reshape(-1)[0])) if per_tensor else (1.0, 1.0)
+        for name, value in zip(("_k_scale", "_v_scale", "_q_scale"), scales + (1.0,)):
+            setattr(layer, name, torch.tensor([value], dtype=torch.float32, device=DEVICE))
+            setattr(layer, name + "_float", value)
         cfg.compilation_config.static_forward_context["{LAYER}"] = layer
         num_blocks = 1 + sum(pages)
         cfg.cache_config.num_gpu_blocks = num_blocks
-        shape = Backend.get_kv_cache_shape(num_blocks, BLOCK, H_KV, D, "auto")
+        shape = Backend.get_kv_cache_shape(num_blocks, BLOCK, H_KV, D, CACHE_DTYPE)
         order = Backend.get_kv_cache_stride_order()
+        storage = DTYPE if CACHE_DTYPE == "auto" else STR_DTYPE_TO_TORCH_DTYPE[CACHE_DTYPE]
         # unwritten slots: {"zeros, as vLLM allocates its caches (this backend computes whole blocks)" if zeroed_cache
-                             else "NaN, so a read past a sequence shows"}
-        physical = torch.full([shape[i] for i in order], {0.0 if zeroed_cache else 'float("nan")'}, dtype=DTYPE,
-                              device=DEVICE)
+                             else "NaN where the storage has one, so a read past a sequence shows"}
+        fill = {0.0 if zeroed_cache else 'float("nan") if storage.is_floating_point and storage.itemsize > 1 else 0.0'}
+        physical = torch.full([shape[i] for i in order], fill, device=DEVICE).to(storage)
         kv_cache = physical.permute(*[order.index(i) for i in range(len(order))])
         slots = [table[i, torch.arange(kv_len, device=DEVICE) // BLOCK].long() * BLOCK
                  + torch.arange(kv_len, device=DEVICE) % BLOCK for i, (_, kv_len, _) in enumerate(SEQS)]
@@ -94,8 +101,8 @@ def kernel(q, ks, vs):
         v_new = torch.cat([v[c:] for v, c in zip(vs, context)])
         new_slots = torch.cat([s[c:] for s, c in zip(slots, context)])
         impl.do_kv_cache_update(layer, k_new, v_new, kv_cache, new_slots)
-        spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=H_KV, head_size=D, dtype=DTYPE,
-                                 kv_quant_mode=get_kv_quant_mode("auto"), sliding_window={case.sliding_window})
+        spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=H_KV, head_size=D, dtype=storage,
+                                 kv_quant_mode=get_kv_quant_mode(CACHE_DTYPE), sliding_window={case.sliding_window})
         builder = Backend.get_builder_cls()(spec, ["{LAYER}"], cfg, DEVICE)
         qsl = cu_seqlens(0)
         lens = seq_lens.cpu()

@@ -1,7 +1,7 @@
 """`attnref repro` templates for vLLM 0.26's kernels: `def kernel(q, ks, vs[, k_scales, v_scales])` calling
 the kernel as backends/vllm.py's adapters do, over caches the script builds in plain torch
 (backends/_repro_cache.py: pages from 1 on, canaries in every unused slot). Quantized caches come in as
-stored values and their dequantization scales. The whole-backend runs (vllm_layers) have no template.
+stored values and their dequantization scales. The backends driven whole have theirs in vllm_layers_repro.py.
 """
 from __future__ import annotations
 
@@ -72,20 +72,21 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     return text
 
 
-def fa3(case: Case) -> str:
-    """vllm_flash_attn.flash_attn_varlen_func(fa_version=3) over the paged cache: window, soft-cap, s_aux sinks,
-    num_splits, fp8 with descales, the scheduler planned ahead of time (get_scheduler_metadata) or by FA3."""
+def fa3(case: Case, version: int = 3) -> str:
+    """vllm_flash_attn.flash_attn_varlen_func(fa_version=3 or 4) over the paged cache: window, soft-cap, s_aux sinks,
+    num_splits, fp8 with descales, the scheduler planned ahead of time (get_scheduler_metadata) or by FA3; FA4:
+    the PrefixLM / R-SWA mask_mods FLASH_ATTN builds."""
     window = flash_window(case)
     omit = window_omitted(case, window)
     text = f'''
 def kernel(q, ks, vs, k_scales=None, v_scales=None):
-    """FA3 as vLLM ships it, over a paged cache of {case.cache.block_size}-token pages (unused slots hold canaries)."""
+    """FA{version} as vLLM ships it, over a paged cache of {case.cache.block_size}-token pages (unused slots hold canaries)."""
     from vllm.vllm_flash_attn import flash_attn_varlen_func, get_scheduler_metadata
 
     k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={_canary(case)})
     kw = dict(max_seqlen_q=max(max(s[0] for s in SEQS), 1), cu_seqlens_q=cu_seqlens(0),
               max_seqlen_k=max(max(s[1] for s in SEQS), 1), softmax_scale=SCALE, causal=CAUSAL, softcap=SOFT_CAP or 0.0,
-              return_softmax_lse=True, fa_version=3, num_splits={int(case.encoding("num_splits", "0"))},
+              return_softmax_lse=True, fa_version={version}, num_splits={int(case.encoding("num_splits", "0"))},
               seqused_k=seq_lens, block_table=table)
     if {not omit}:
         kw["window_size"] = {window!r}
@@ -96,6 +97,8 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
         kw.update(q_descale=ones * Q_FP8_SCALE, k_descale=ones * k_scales[0].reshape(-1)[0],
                   v_descale=ones * v_scales[0].reshape(-1)[0])
 '''
+    if version == 4 and (case.global_prefix is not None or case.bidirectional_ranges is not None):
+        text += _mask_mods()
     if case.encoding("scheduler", "jit") == "aot":
         text += f'''    kw["scheduler_metadata"] = get_scheduler_metadata(
         batch_size=len(SEQS), max_seqlen_q=kw["max_seqlen_q"], max_seqlen_k=kw["max_seqlen_k"], num_heads_q=H,
@@ -105,6 +108,26 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
 '''
     return text + '''    out, lse = flash_attn_varlen_func(q, k_cache, v_cache, **kw)[:2]
     return out, lse.float().transpose(0, 1)  # LSE [H, tokens]
+'''
+
+
+def _mask_mods() -> str:
+    """FLASH_ATTN's FA4 mask_mods, built by vLLM's own helpers: `mask_mod=rswa or mm` (R-SWA replaces the window
+    and, beside PrefixLM ranges, drops them: FINDINGS.md, vllm-fa4-rswa-prefix-lm); PrefixLM keeps the window."""
+    return '''    from vllm.v1.attention.backends.flash_attn import _make_mm_prefix_mask_mod, _make_rswa_mask_mod
+
+    if GLOBAL_PREFIX is not None:
+        kw.update(mask_mod=_make_rswa_mask_mod(), window_size=None,
+                  aux_tensors=[torch.tensor(GLOBAL_PREFIX[1], dtype=torch.int32, device=DEVICE),
+                               torch.tensor([GLOBAL_PREFIX[0]], dtype=torch.int32, device=DEVICE)])
+    else:
+        width = max(len(r) for r in RANGES)
+        ranges = torch.tensor([list(r) + [(0, 0)] * (width - len(r)) for r in RANGES], dtype=torch.int32,
+                              device=DEVICE).reshape(len(RANGES), width, 2)
+        left = kw.get("window_size", (-1, -1))[0]
+        kw.update(mask_mod=_make_mm_prefix_mask_mod(width, sliding_window=0,
+                                                     sliding_window_left=left + 1 if left is not None and left >= 0 else None),
+                  aux_tensors=[ranges])
 '''
 
 

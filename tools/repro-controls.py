@@ -6,7 +6,7 @@ import sys
 from dataclasses import replace
 
 from backends.registry import builtin_backends
-from reference.case import CacheSpec, Case, DType, KVCacheDType, KVLayout, Quant, SequenceSpec
+from reference.case import BlockTableKind, CacheSpec, Case, DType, KVCacheDType, KVLayout, Quant, SequenceSpec
 from reports.repro import ReproUnsupported, write_repro
 
 PLAIN = (Case(sequences=(SequenceSpec(query_len=5, context_len=40), SequenceSpec(query_len=3, context_len=17)),
@@ -25,10 +25,16 @@ def control(backend, kvd: KVCacheDType = KVCacheDType.AUTO) -> Case | None:
     quant = Quant(kvd) if not kvd.is_fp8 else Quant(kvd, k_scales=(0.02,), v_scales=(0.02,), q_fp8_scale=0.02)
     for case in PLAIN:
         if caps.requires_cache or caps.reads_paged_cache:
-            if layout == KVLayout.MLA_LATENT:
-                return None  # MLA backends have no repro template
-            case = replace(case, cache=CacheSpec(layout=layout, block_size=caps.block_sizes[0] if caps.block_sizes else 16,
-                                                 finite_canaries=caps.finite_canaries_only, quant=quant))
+            block_size = caps.block_sizes[0] if caps.block_sizes else 16
+            cache = CacheSpec(layout=layout, block_size=block_size, finite_canaries=caps.finite_canaries_only, quant=quant)
+            if layout == KVLayout.MLA_LATENT:  # one latent head: DeepSeek's 512 + 64
+                case = replace(case, num_heads=16, num_kv_heads=1, head_size=576, head_size_v=512)
+            if BlockTableKind.CONTIGUOUS not in caps.block_tables:  # a cascade: the first 16 keys shared
+                cache = replace(cache, table=BlockTableKind.SHARED_PREFIX, prefix_blocks=-(-16 // block_size))
+            try:
+                case = replace(case, cache=cache)
+            except ValueError:  # CaseError: a cache dtype this layout does not hold
+                return None
         elif kvd != KVCacheDType.AUTO:
             return None
         variants = [case]

@@ -122,8 +122,8 @@ def test_a_script_s_reference_is_the_oracle_for_mask_rules_and_quantized_caches(
     assert_script_reference_is_the_oracle(case)
 
 
-def assert_script_reference_is_the_oracle(case):
-    ns = _load(write_repro(case, UNIFIED.name))
+def assert_script_reference_is_the_oracle(case, backend: str = UNIFIED.name):
+    ns = _load(write_repro(case, backend))
     q, ks, vs = ns["draw_inputs"]()
     args = ns["read_back"](*ns["store"](q, ks, vs), torch.float64) if "store" in ns else (q, ks, vs)
     out, lse = ns["reference"](*args)
@@ -131,3 +131,24 @@ def assert_script_reference_is_the_oracle(case):
     assert torch.allclose(out, expected.output, atol=1e-10, rtol=0)
     finite = torch.isfinite(expected.lse)
     assert torch.equal(finite, torch.isfinite(lse)) and torch.allclose(lse[finite], expected.lse[finite], atol=1e-10)
+
+
+@pytest.mark.parametrize("kvd", [KVCacheDType.FP8_E4M3, KVCacheDType.INT8_PER_TOKEN_HEAD, KVCacheDType.FP8_PER_TOKEN_HEAD])
+def test_a_whole_backend_script_hands_vllm_s_writer_the_unquantized_keys(kvd):
+    """vLLM's backends driven whole quantize in their own writer: the script's kernel gets the drawn keys and
+    values (and the per-tensor scales for the layer), its reference reads back the script's store()."""
+    quant = Quant(kvd, k_scales=(0.05,), v_scales=(0.04,)) if kvd == KVCacheDType.FP8_E4M3 else Quant(kvd)
+    case = RULED.replace(dtype=DType.FLOAT16, sliding_window=2, cache=CacheSpec(block_size=16, quant=quant))
+    assert not get("vllm-backend-triton").not_supported_reasons(case)
+    assert_script_reference_is_the_oracle(case, "vllm-backend-triton")
+    ns = _load(write_repro(case, "vllm-backend-triton"))
+    ns["DEVICE"] = "cpu"
+    seen = []
+    ns["kernel"] = lambda *args: seen.append(args) or (torch.zeros(7, 2, 32), None)
+    ns["main"]()
+    q, ks, vs = ns["draw_inputs"]()
+    _, _, _, k_scales, v_scales = ns["store"](q, ks, vs)
+    got = seen[0]
+    assert all(torch.equal(a, b) for a, b in zip(got[1], ks)) and all(torch.equal(a, b) for a, b in zip(got[2], vs))
+    assert all(torch.equal(a, b) for a, b in zip(got[3], k_scales)) and all(torch.equal(a, b) for a, b in zip(got[4], v_scales))
+    assert ns["CACHE_DTYPE"] == kvd.value
