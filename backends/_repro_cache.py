@@ -16,6 +16,15 @@ WRITTEN_DTYPES = ("auto", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "int8_p
                   "int4_per_token_head")
 
 HELPERS = '''
+def poison_free_memory():
+    """Fill free CUDA memory the caching allocator will hand out with 0xFF bytes (NaN in every float format): memory a
+    kernel leaves unwritten then shows, as inside a long-running process (a fresh process's memory reads as zeros)."""
+    if DEVICE == "cuda":
+        small = [torch.full((1 << 20,), 255, dtype=torch.uint8, device=DEVICE) for _ in range(64)]  # the small pool
+        large = torch.full((1 << 28,), 255, dtype=torch.uint8, device=DEVICE)  # the large pool
+        del small, large
+
+
 def cu_seqlens(column):
     """[0, n_0, n_0 + n_1, ...] int32 on DEVICE of SEQS' column 0 (queries) or 1 (keys)."""
     return torch.tensor([0] + [sum(s[column] for s in SEQS[:j + 1]) for j in range(len(SEQS))], dtype=torch.int32,
@@ -72,12 +81,14 @@ def v0_cache(k_cache, v_cache):
 PLAIN_INPUTS = '''    q, ks, vs = draw_inputs()
     expected, expected_lse = reference(q, ks, vs)
     baseline, baseline_lse = reference(q, ks, vs, DTYPE)  # the same math rounded like a plain {dtype} pass
+    poison_free_memory()
     actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs])'''
 
 STORED_INPUTS = '''    q, ks, vs = draw_inputs()
     q, ks, vs, k_scales, v_scales = store(q, ks, vs)  # as the cache holds them (and the fp8 query, if any)
     expected, expected_lse = reference(*read_back(q, ks, vs, k_scales, v_scales, torch.float64))
     baseline, baseline_lse = reference(*read_back(q, ks, vs, k_scales, v_scales, DTYPE), DTYPE)  # a plain {dtype} pass
+    poison_free_memory()
     actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs],
                                 [s.to(DEVICE) for s in k_scales], [s.to(DEVICE) for s in v_scales])'''
 
@@ -87,6 +98,7 @@ WRITER_INPUTS = '''    q, ks, vs = draw_inputs()
     expected, expected_lse = reference(*read_back(*stored, torch.float64))
     baseline, baseline_lse = reference(*read_back(*stored, DTYPE), DTYPE)  # a plain {dtype} pass
     k_scales, v_scales = stored[3], stored[4]  # the library's writer stores the unquantized keys and values itself
+    poison_free_memory()
     actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs],
                                 [s.to(DEVICE) for s in k_scales], [s.to(DEVICE) for s in v_scales])'''
 

@@ -1,6 +1,7 @@
 """FINDINGS.md, rendered from the catalog: `attnref findings > FINDINGS.md` (a test fails when they differ)."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -28,16 +29,31 @@ def case_backend(name: str, root: str = ".") -> str:
 RUNS_DIR = f"{RESULTS_DIR}/repro/runs"
 
 
+def _started(path: str) -> datetime.datetime:
+    """When a run log's run began: the `date` line tools/device-info.sh writes (the file's name sorts no better)."""
+    with open(path) as f:
+        for line in f:
+            try:
+                return datetime.datetime.strptime(line.strip(), "%a %b %d %I:%M:%S %p %Z %Y")
+            except ValueError:
+                continue
+    return datetime.datetime.min
+
+
 def recorded_runs(root: str = ".") -> dict[str, tuple[str, str]]:
-    """script name -> (exit status, run log file) from the committed GPU runs of tools/gpu-repro.sh."""
+    """script name -> (exit status, run log file) from the committed GPU runs of tools/gpu-repro.sh: a script's latest
+    run, except that a run cut by the timeout (124: it says nothing about the kernel) never replaces a finished one."""
     runs: dict[str, tuple[str, str]] = {}
     folder = os.path.join(root, RUNS_DIR)
-    for log in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+    logs = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    for log in sorted(logs, key=lambda name: _started(os.path.join(folder, name))):
         with open(os.path.join(folder, log)) as f:
             for line in f:
                 parts = line.split()
                 if len(parts) > 1 and parts[0].endswith(".py") and parts[1].startswith("rc="):
-                    runs[parts[0]] = (parts[1][3:], log)
+                    rc = parts[1][3:]
+                    if rc != "124" or runs.get(parts[0], ("124",))[0] == "124":
+                        runs[parts[0]] = (rc, log)
     return runs
 
 
