@@ -64,6 +64,26 @@ def paged_cache(ks, vs, block_size, fill=float("nan")):
     return (paged(ks, block_size, fill), paged(vs, block_size, fill)) + block_table(block_size)
 
 
+def page_csr(lists, last):
+    """CSR page metadata (FlashInfer's form) of per-request page lists: (indptr, indices, slots used on each last
+    page), int32 on DEVICE."""
+    indptr = torch.tensor([0] + [x.numel() for x in lists], device=DEVICE).cumsum(0).to(torch.int32)
+    return indptr, torch.cat(lists).to(torch.int32), torch.tensor(last, dtype=torch.int32, device=DEVICE)
+
+
+def page_metadata(table, pages, block_size, first=0):
+    """page_csr of each sequence's pages (block_table's table and page counts) from page `first` on."""
+    return page_csr([table[i, first:n] for i, n in enumerate(pages)],
+                    [s[1] - (n - 1) * block_size if n > first else 0 for s, n in zip(SEQS, pages)])
+
+
+def prefix_ranges():
+    """RANGES as vLLM's kernels take them: [B, most ranges, 2] int32 on DEVICE, (0, 0) padding."""
+    width = max(len(r) for r in RANGES)
+    return torch.tensor([list(r) + [(0, 0)] * (width - len(r)) for r in RANGES], dtype=torch.int32,
+                        device=DEVICE).reshape(len(RANGES), width, 2)
+
+
 def paged_scales(scales, block_size):
     """Per-(token, kv head) scales [kv_len, H_KV] of each sequence in paged_cache's pages: [pages, block_size, H_KV]."""
     return paged([s.float() for s in scales], block_size, 1.0)
@@ -85,22 +105,21 @@ PLAIN_INPUTS = '''    q, ks, vs = draw_inputs()
     actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs])'''
 
 STORED_INPUTS = '''    q, ks, vs = draw_inputs()
-    q, ks, vs, k_scales, v_scales = store(q, ks, vs)  # as the cache holds them (and the fp8 query, if any)
-    expected, expected_lse = reference(*read_back(q, ks, vs, k_scales, v_scales, torch.float64))
-    baseline, baseline_lse = reference(*read_back(q, ks, vs, k_scales, v_scales, DTYPE), DTYPE)  # a plain {dtype} pass
-    poison_free_memory()
-    actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs],
-                                [s.to(DEVICE) for s in k_scales], [s.to(DEVICE) for s in v_scales])'''
-
-
-WRITER_INPUTS = '''    q, ks, vs = draw_inputs()
-    stored = store(q, ks, vs)  # as the library's writer should store them
+    stored = store(q, ks, vs)  # as the cache holds them (and the fp8 query, if any)
     expected, expected_lse = reference(*read_back(*stored, torch.float64))
     baseline, baseline_lse = reference(*read_back(*stored, DTYPE), DTYPE)  # a plain {dtype} pass
-    k_scales, v_scales = stored[3], stored[4]  # the library's writer stores the unquantized keys and values itself
+    {handed}
     poison_free_memory()
     actual, actual_lse = kernel(q.to(DEVICE), [k.to(DEVICE) for k in ks], [v.to(DEVICE) for v in vs],
                                 [s.to(DEVICE) for s in k_scales], [s.to(DEVICE) for s in v_scales])'''
+
+
+def stored_inputs(writes_cache: bool) -> str:
+    """main()'s inputs for a quantized case: the kernel is handed what the cache stores, or, for a library whose own
+    writer stores them (`Backend.repro_writes_cache`), the unquantized keys and values with the scales."""
+    handed = ("k_scales, v_scales = stored[3:]  # the library's writer stores the unquantized keys and values itself"
+              if writes_cache else "q, ks, vs, k_scales, v_scales = stored")
+    return STORED_INPUTS.replace("{handed}", handed)
 
 
 def quantized(case: Case) -> bool:

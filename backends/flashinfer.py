@@ -183,9 +183,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
 
     bs = {case.cache.block_size}
     k_cache, v_cache, table, pages, _ = paged_cache(ks, vs, bs)  # NaN in every slot past a sequence
-    indptr = torch.tensor([0] + pages, device=DEVICE).cumsum(0).to(torch.int32)
-    indices = torch.cat([table[i, :n] for i, n in enumerate(pages)]).to(torch.int32)
-    last = torch.tensor([s[1] - (n - 1) * bs if n else 0 for s, n in zip(SEQS, pages)], dtype=torch.int32, device=DEVICE)
+    indptr, indices, last = page_metadata(table, pages, bs)
     workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)
     common = dict(window_left={_window_left(case)}, logits_soft_cap=SOFT_CAP, q_data_type=DTYPE,
                   kv_data_type=k_cache.dtype{scale}{alibi})
@@ -253,16 +251,9 @@ def kernel(q, ks, vs):
 
     bs, shared = {case.cache.block_size}, {case.cache.prefix_blocks}  # the first `shared` pages hold every sequence's prefix
     k_cache, v_cache, table, pages, _ = paged_cache(ks, vs, bs)  # NaN in every slot past a sequence
-
-    def csr(lists, last):  # FlashInfer's page metadata: (indptr, indices, slots used on each last page)
-        indptr = torch.tensor([0] + [x.numel() for x in lists], device=DEVICE).cumsum(0).to(torch.int32)
-        return indptr, torch.cat(lists).to(torch.int32), torch.tensor(last, dtype=torch.int32, device=DEVICE)
-
     # level 0: every query of the batch as one request over sequence 0's prefix pages (the prefix keys are the same
     # in every sequence); level 1: each sequence's own pages after the prefix, causal
-    levels = [csr([table[0, :shared]], [bs]),
-              csr([table[i, shared:n] for i, n in enumerate(pages)],
-                  [s[1] - (n - 1) * bs if n > shared else 0 for s, n in zip(SEQS, pages)])]
+    levels = [page_csr([table[0, :shared]], [bs]), page_metadata(table, pages, bs, first=shared)]
     qo = [torch.tensor([0, q.shape[0]], dtype=torch.int32, device=DEVICE), cu_seqlens(0)]
     workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)
     w = flashinfer.MultiLevelCascadeAttentionWrapper(2, workspace, "NHD")
@@ -356,8 +347,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     # the packed latent cache [pages, bs, kv_lora_rank + rope_dim]: the value is the latent's first D_V dims
     pool, _, table, pages, kv_lens = paged_cache(ks, vs, bs)
     pool = pool[:, :, 0]
-    indptr = torch.tensor([0] + pages, device=DEVICE).cumsum(0).to(torch.int32)
-    indices = torch.cat([table[i, :n] for i, n in enumerate(pages)]).to(torch.int32)
+    indptr, indices, _ = page_metadata(table, pages, bs)  # MLA takes the key counts instead of last-page counts
     meta = MLAPlanMetadata.csr(qo_indptr=cu_seqlens(0), kv_indptr=indptr, kv_indices=indices, kv_len_arr=kv_lens)
     fp8 = k_scales is not None
     workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)

@@ -48,10 +48,8 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
               softmax_segm_max=torch.empty(n, H, segments, dtype=torch.float32, device=DEVICE),
               softmax_segm_expsum=torch.empty(n, H, segments, dtype=torch.float32, device=DEVICE))
 '''
-    text += '''    if RANGES is not None:  # [B, ranges, 2] int32, (0, 0) padding
-        width = max(len(r) for r in RANGES)
-        kw["mm_prefix_range"] = torch.tensor([list(r) + [(0, 0)] * (width - len(r)) for r in RANGES], dtype=torch.int32,
-                                             device=DEVICE).reshape(len(RANGES), width, 2)
+    text += '''    if RANGES is not None:
+        kw["mm_prefix_range"] = prefix_ranges()
     if GLOBAL_PREFIX is not None:
         kw.update(rswa_window=GLOBAL_PREFIX[0], rswa_prefix_lens=torch.tensor(GLOBAL_PREFIX[1], dtype=torch.int32,
                                                                                    device=DEVICE))
@@ -121,11 +119,9 @@ def _mask_mods() -> str:
                   aux_tensors=[torch.tensor(GLOBAL_PREFIX[1], dtype=torch.int32, device=DEVICE),
                                torch.tensor([GLOBAL_PREFIX[0]], dtype=torch.int32, device=DEVICE)])
     else:
-        width = max(len(r) for r in RANGES)
-        ranges = torch.tensor([list(r) + [(0, 0)] * (width - len(r)) for r in RANGES], dtype=torch.int32,
-                              device=DEVICE).reshape(len(RANGES), width, 2)
+        ranges = prefix_ranges()
         left = kw.get("window_size", (-1, -1))[0]
-        kw.update(mask_mod=_make_mm_prefix_mask_mod(width, sliding_window=0,
+        kw.update(mask_mod=_make_mm_prefix_mask_mod(ranges.shape[1], sliding_window=0,
                                                      sliding_window_left=left + 1 if left is not None and left >= 0 else None),
                   aux_tensors=[ranges])
 '''

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from backends._repro import MASKS, ReproUnsupported, attention_function, check, constants, draw_inputs
-from backends._repro_cache import HELPERS, PLAIN_INPUTS, STORED_INPUTS, WRITER_INPUTS, quantized, storage
+from backends._repro_cache import HELPERS, PLAIN_INPUTS, quantized, storage, stored_inputs
 
 __all__ = ["ReproUnsupported", "write_repro"]
 from backends.registry import get
@@ -83,7 +83,7 @@ def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> s
               f"Case (attnref JSON): {json.dumps(case.to_dict(), separators=(',', ':'))}\n"
               f'Needs only torch and the library under test. Exit status 1: the kernel is off.\n"""\n'
               "import math\nimport sys\n\nimport torch\n\n")
-    inputs = PLAIN_INPUTS if not quantized(case) else WRITER_INPUTS if backend.repro_writes_cache else STORED_INPUTS
+    inputs = stored_inputs(backend.repro_writes_cache) if quantized(case) else PLAIN_INPUTS
     parts = [header, constants(case), f'DEVICE = "{device}"', f"FACTOR = {rule.factor}",
              f"ABS_FLOOR = {rule.abs_floor}", f"LSE_FACTOR = {rule.lse_factor}",
              f"LSE_FLOOR = {rule.lse_floor}\n\n", draw_inputs(case), storage(case), MASKS, HELPERS,

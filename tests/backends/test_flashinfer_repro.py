@@ -8,12 +8,12 @@ import types
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
 
 from backends.registry import get
-from fuzz.strategies import Limits, cases
+from fuzz.strategies import Limits
 from reference.inputs import materialize
 from reports.repro import write_repro
+from tests.repro_scripts import call_kernel, drawn_cases, load
 
 
 class _Recorder:
@@ -61,30 +61,14 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 
 def _both_calls(backend_name: str, case) -> tuple[dict, dict]:
-    inputs = materialize(case)
-    get(backend_name).run(inputs)
-    ns = {"__name__": "repro"}
-    exec(compile(write_repro(case, backend_name), "repro.py", "exec"), ns)
-    ns["DEVICE"] = "cpu"
-    q, ks, vs = ns["draw_inputs"]()
-    if "store" in ns:
-        ns["kernel"](*ns["store"](q, ks, vs))
-    else:
-        ns["kernel"](q, ks, vs)
+    get(backend_name).run(materialize(case))
+    call_kernel(load(write_repro(case, backend_name), device="cpu"))
     adapter, script = _Recorder.calls
     return adapter, script
 
 
 def _draw(backend_name: str, limits: Limits) -> list:
-    drawn = []
-
-    @settings(max_examples=15, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(cases(get(backend_name).caps, limits))
-    def collect(case):
-        drawn.append(case)
-
-    collect()
-    return drawn
+    return drawn_cases(get(backend_name).caps, limits, 15)
 
 
 def test_cascade_script_reads_the_adapter_s_keys_level_by_level(monkeypatch):

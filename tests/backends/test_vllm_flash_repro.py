@@ -8,12 +8,12 @@ import types
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
 
 from backends.registry import get
-from fuzz.strategies import Limits, cases
+from fuzz.strategies import Limits
 from reference.inputs import materialize
 from reports.repro import write_repro
+from tests.repro_scripts import call_kernel, drawn_cases, load
 
 
 def _fake_vllm(monkeypatch, calls: list) -> None:
@@ -59,26 +59,15 @@ PAGED = ("block_table", "seqused_k", "k", "v", "out")
 @pytest.mark.parametrize("name", ["vllm-fa3-paged", "vllm-fa4-paged"])
 def test_the_script_calls_vllm_s_flash_attention_as_the_adapter_does(monkeypatch, name):
     backend = get(name)
-    drawn = []
-
-    @settings(max_examples=40, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=4)))
-    def collect(case):
-        if not backend.not_supported_reasons(case):
-            drawn.append(case)
-
-    collect()
+    drawn = [case for case in drawn_cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=4), 40)
+             if not backend.not_supported_reasons(case)]
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())  # vLLM's config packages "present"
     assert len(drawn) >= 10
     for case in drawn:
         calls: list = []
         _fake_vllm(monkeypatch, calls)
         backend.run(materialize(case))
-        ns = {"__name__": "repro"}
-        exec(compile(write_repro(case, name), "repro.py", "exec"), ns)
-        ns["DEVICE"] = "cpu"
-        q, ks, vs = ns["draw_inputs"]()
-        ns["kernel"](*(ns["store"](q, ks, vs) if "store" in ns else (q, ks, vs)))
+        call_kernel(load(write_repro(case, name), device="cpu"))
         adapter, script = calls
         assert _read(adapter, "k") == _read(script, "k") and _read(adapter, "v") == _read(script, "v"), case
         plain = {k: v for k, v in adapter.items() if k not in PAGED}, {k: v for k, v in script.items() if k not in PAGED}
@@ -98,9 +87,7 @@ def test_the_fa4_script_of_the_catalogued_convention_drops_the_ranges_as_flash_a
     case = Case.from_dict(saved["case"])
     calls: list = []
     _fake_vllm(monkeypatch, calls)
-    ns = {"__name__": "repro"}
-    exec(compile(write_repro(case, "vllm-fa4-paged"), "repro.py", "exec"), ns)
-    ns["DEVICE"] = "cpu"
-    ns["kernel"](*ns["draw_inputs"]())
+    ns = load(write_repro(case, "vllm-fa4-paged"), device="cpu")
+    call_kernel(ns)
     assert calls[0]["mask_mod"] == ("rswa",) and calls[0]["window_size"] is None
     assert ns["RANGES"] is not None  # the script's reference keeps them: its exit 1 is the dropped ranges

@@ -16,15 +16,10 @@ from reference import attention
 from reference.case import (BlockSparse, CacheSpec, Case, DType, GlobalPrefix, KVCacheDType, KVLayout, Quant, SequenceSpec, ValueDistribution,
                             Values)
 from reference.inputs import materialize
+from tests.repro_scripts import load
 
 WINDOW_BUG = Case(sequences=(SequenceSpec(query_len=3, context_len=5),), num_heads=2, num_kv_heads=1, head_size=16,
                   sliding_window=3, dtype=DType.FLOAT32, seed=11)
-
-
-def _load(text: str) -> dict:
-    namespace = {"__name__": "repro"}
-    exec(compile(text, "repro.py", "exec"), namespace)
-    return namespace
 
 
 def _imports(text: str) -> set[str]:
@@ -36,7 +31,7 @@ def _imports(text: str) -> set[str]:
 def test_the_script_draws_attnref_s_tensors_and_agrees_with_its_verdict(case):
     text = write_repro(case, "torch-sdpa-math")
     assert _imports(text) <= {"math", "sys", "torch"}
-    ns = _load(text)
+    ns = load(text)
     q, ks, vs = ns["draw_inputs"]()
     inputs = materialize(case)
     assert torch.equal(q, inputs.query)
@@ -53,7 +48,7 @@ def test_the_script_draws_attnref_s_tensors_and_agrees_with_its_verdict(case):
 def test_every_value_distribution_is_written_out_bit_for_bit(values):
     seqs = (SequenceSpec(query_len=3, context_len=200), SequenceSpec(query_len=2, context_len=7))
     case = WINDOW_BUG.replace(sequences=seqs, values=values, dtype=DType.BFLOAT16)
-    q, ks, vs = _load(write_repro(case, "torch-sdpa-math"))["draw_inputs"]()
+    q, ks, vs = load(write_repro(case, "torch-sdpa-math"))["draw_inputs"]()
     inputs = materialize(case)
     assert torch.equal(q, inputs.query)
     assert all(torch.equal(a, b) for a, b in zip(ks, inputs.keys))
@@ -123,7 +118,7 @@ def test_a_script_s_reference_is_the_oracle_for_mask_rules_and_quantized_caches(
 
 
 def assert_script_reference_is_the_oracle(case, backend: str = UNIFIED.name):
-    ns = _load(write_repro(case, backend))
+    ns = load(write_repro(case, backend))
     q, ks, vs = ns["draw_inputs"]()
     args = ns["read_back"](*ns["store"](q, ks, vs), torch.float64) if "store" in ns else (q, ks, vs)
     out, lse = ns["reference"](*args)
@@ -141,8 +136,7 @@ def test_a_whole_backend_script_hands_vllm_s_writer_the_unquantized_keys(kvd):
     case = RULED.replace(dtype=DType.FLOAT16, sliding_window=2, cache=CacheSpec(block_size=16, quant=quant))
     assert not get("vllm-backend-triton").not_supported_reasons(case)
     assert_script_reference_is_the_oracle(case, "vllm-backend-triton")
-    ns = _load(write_repro(case, "vllm-backend-triton"))
-    ns["DEVICE"] = "cpu"
+    ns = load(write_repro(case, "vllm-backend-triton"), device="cpu")
     seen = []
     ns["kernel"] = lambda *args: seen.append(args) or (torch.zeros(7, 2, 32), None)
     ns["main"]()
