@@ -78,8 +78,8 @@ def page_metadata(table, pages, block_size, first=0):
 
 
 def prefix_ranges():
-    """RANGES as vLLM's kernels take them: [B, most ranges, 2] int32 on DEVICE, (0, 0) padding."""
-    width = max(len(r) for r in RANGES)
+    """RANGES as vLLM's kernels take them: [B, most ranges (at least 1), 2] int32 on DEVICE, (0, 0) padding."""
+    width = max([len(r) for r in RANGES] + [1])
     return torch.tensor([list(r) + [(0, 0)] * (width - len(r)) for r in RANGES], dtype=torch.int32,
                         device=DEVICE).reshape(len(RANGES), width, 2)
 
