@@ -61,7 +61,7 @@ LIMITATIONS = (
           "Pages smaller than the kernel's tile fail to lower ('Q and KV block size must be divisible by BLOCK_M "
           "and BLOCK_N').",
           ("flex-paged-compiled-cuda-d0ad43a3d4.json",), "campaigns/torch-fa4-flashinfer-h200-2026-11-22.md",
-          device="H200", status="documented by the error",
+          device="H200", status="documented by the error", repro="flex-paged-compiled-block-size.py",
           moved=(("flex-paged-compiled-cuda-d0ad43a3d4.json",
                   "flex-paged-compiled-cuda declares 128-token pages only since this case"),)),
     Entry("xformers-splitk-one-query-length", L, XFORMERS, "memory_efficient_attention(op=triton_splitKF) with paged masks",

@@ -90,6 +90,8 @@ def repro_command(entry: Entry, runs: dict[str, tuple[str, str]], root: str = ".
         return f"`attnref repro {CASES_DIR}/{first}`: {_ran(script, runs, entry.kind == Kind.DEFECT)}"
     if not entry.cases:
         return "–"
+    if entry.kind == Kind.HARNESS:  # attnref's own kernel: replaying the case runs it and judges it
+        return f"`attnref replay {CASES_DIR}/{entry.cases[0]}` (attnref's own kernel; exit 0 since the fix)"
     return f"none yet: `attnref replay {CASES_DIR}/{entry.cases[0]}`"
 
 
