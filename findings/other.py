@@ -59,7 +59,7 @@ LIMITATIONS = (
                   "flashinfer-prefill-fa3 no longer declares fp8 caches"),)),
     Entry("flex-paged-compiled-block-size", L, TORCH_CUDA, "torch.compile(flex_attention) over PagedAttention",
           "Pages smaller than the kernel's tile fail to lower ('Q and KV block size must be divisible by BLOCK_M "
-          "and BLOCK_N').",
+          "and BLOCK_N'): at head 16, 16- and 32-token pages fail, static or dynamic shapes; 64 and 128 lower.",
           ("flex-paged-compiled-cuda-d0ad43a3d4.json",), "campaigns/torch-fa4-flashinfer-h200-2026-11-22.md",
           device="H200", status="documented by the error", repro="flex-paged-compiled-block-size.py",
           moved=(("flex-paged-compiled-cuda-d0ad43a3d4.json",

@@ -1,12 +1,14 @@
 """Reproducer (found by attnref's flex-paged-compiled-cuda campaign, H200, 2026-11-22; torch 2.11.0+cu130).
 
-torch.compile(flex_attention) over torch's PagedAttention helper fails to lower when the page (the block
-mask's KV block) is smaller than the kernel's key tile: "Q and KV block size must be divisible by BLOCK_M and
+torch.compile(flex_attention, dynamic=True) over torch's PagedAttention helper fails to lower when the page (the
+block mask's KV block) is smaller than the kernel's key tile: "Q and KV block size must be divisible by BLOCK_M and
 BLOCK_N. We got Q_BLOCK_SIZE=128 and KV_BLOCK_SIZE=16". Eager flex_attention takes the same block mask.
-One decode batch (3 sequences, causal, GQA 4:1, head 64, bf16) per page size; each compiled result is
-compared with eager flex_attention and with a dense softmax over the sequence's keys.
+One decode batch (3 sequences, GQA 3:1, head 16, bf16, return_lse, as the campaign's case) per page size, compiled
+with dynamic shapes (as attnref's adapter compiles it) and without; each compiled result is compared with eager
+flex_attention and with a dense float64 softmax over the sequence's keys. (Head 64 with a static compile lowers at
+every page size on an H100, torch 2.11.0+cu130.)
 
-    python flex-paged-compiled-block-size.py    # one line per page size; exit 1 while a page size fails
+    python flex-paged-compiled-block-size.py    # one line per page size and compile; exit 1 while one fails
 """
 import sys
 
@@ -15,8 +17,8 @@ from torch.nn.attention.experimental._paged_attention import PagedAttention
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 DEV, DT = "cuda", torch.bfloat16
-H, H_KV, D = 8, 2, 64
-KV_LENS = [37, 130, 5]  # keys per sequence; each decodes one query at its last position
+H, H_KV, D = 3, 1, 16
+KV_LENS = [1, 37, 130]  # keys per sequence (the case: one key); each decodes one query at its last position
 torch.manual_seed(0)
 
 
@@ -27,7 +29,7 @@ def reference(q, k, v):
     return torch.einsum("hk,khd->hd", p, v)
 
 
-def attempt(page: int) -> bool:
+def attempt(page: int, dynamic: bool) -> bool:
     batch, max_pages = len(KV_LENS), -(-max(KV_LENS) // page)
     num_pages = 1 + batch * max_pages  # page 0 stays unused
     keys = [torch.randn(n, H_KV, D, device=DEV, dtype=DT) for n in KV_LENS]
@@ -52,10 +54,11 @@ def attempt(page: int) -> bool:
     physical = paged.convert_logical_block_mask(logical, kv_len=kv_len)
     eager = flex_attention(q, k_pool, v_pool, block_mask=physical, enable_gqa=True)
     dense = torch.stack([reference(q[b, :, 0], keys[b], values[b]) for b in range(batch)])[:, :, None]
-    label = f"page {page:4}:"
+    label = f"page {page:4}, dynamic={dynamic!s:5}:"
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(flex_attention)(q, k_pool, v_pool, block_mask=physical, enable_gqa=True)
+        compiled = torch.compile(flex_attention, dynamic=dynamic)(q, k_pool, v_pool, block_mask=physical,
+                                                                  enable_gqa=True, return_lse=True)[0]
     except Exception as e:  # noqa: BLE001 (the lowering error is the finding)
         first = next((line for line in str(e).splitlines() if "divisible" in line), str(e).splitlines()[0])
         print(f"{label} FAIL {type(e).__name__}: {first.strip()[:200]}  (eager vs dense: "
@@ -68,5 +71,5 @@ def attempt(page: int) -> bool:
 
 
 print("torch", torch.__version__, torch.cuda.get_device_name())
-results = [attempt(page) for page in (16, 32, 64, 128)]
+results = [attempt(page, dynamic) for dynamic in (True, False) for page in (16, 32, 64, 128)]
 sys.exit(0 if all(results) else 1)
