@@ -1,7 +1,7 @@
 """Where one evaluation's time goes, call by call: cProfile over `fuzz.compare.evaluate` of drawn cases.
 
 Usage: python benchmarks/profile_evaluate.py [--backend torch-sdpa-math] [--examples 300] [--tiers small,tile,long]
-       [--threads 1] [--top 25]
+       [--threads 1] [--top 25] [--chunked]
 
 Cases are drawn first (hypothesis' generation is not timed), then evaluated in one process on one thread, as a
 campaign worker does. Prints examples/s, the row timers' split (materialize / oracle + baseline / kernel /
@@ -46,15 +46,16 @@ def main() -> None:
     ap.add_argument("--tiers", default=None, help="comma-separated size tiers (default: the campaign's)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--chunked", action="store_true", help="the chunked per-sequence oracle only (no packed pass)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     backend = get(a.backend)
     drawn = draw(backend, a.examples, a.tiers.split(",") if a.tiers else None)
-    evaluate(backend, drawn[0])  # first-call costs (imports, allocator) out of the figures
+    evaluate(backend, drawn[0], packed=not a.chunked)  # first-call costs (imports, allocator) out of the figures
     profile = cProfile.Profile()
     t0 = time.perf_counter()
     profile.enable()
-    rows = [evaluate(backend, case).row for case in drawn]
+    rows = [evaluate(backend, case, packed=not a.chunked).row for case in drawn]
     profile.disable()
     elapsed = time.perf_counter() - t0
     print(f"## {a.backend}: {len(rows)} examples in {elapsed:.2f} s = {len(rows) / elapsed:.1f} examples/s "

@@ -25,6 +25,7 @@ from backends.base import Actual, Backend, Unsupported
 from reference.attention import Expected, attention
 from reference.case import Case, KVCacheDType
 from reference.inputs import Inputs, materialize, to_device
+from reference.packed import PackedScores, pack_scores, packable, packed_attention
 
 from .blind import shift_by_one_key
 from .judge import Verdict, judge
@@ -95,10 +96,41 @@ def crash_message(e: BaseException, limit: int = 2000) -> str:
     return (text[:max(limit // 3, limit - len(tail) - 5)] + " ... " + tail)[:limit]
 
 
+def oracle_and_baseline(inputs: Inputs, base_dtype: torch.dtype,
+                        packed: bool = True) -> tuple[Expected, Expected, PackedScores | None]:
+    """(expected, baseline, the packed float64 scores or None): in one padded pass per dtype where the case is
+    packable (reference/packed.py), else the chunked per-sequence oracle."""
+    if packed and packable(inputs):
+        scores = pack_scores(inputs)
+        return scores.attend(), packed_attention(inputs, dtype=base_dtype, reorder=True), scores
+    return attention(inputs), attention(inputs, dtype=base_dtype, reorder=True), None
+
+
+def mask_shift(inputs: Inputs, expected: Expected, scores: PackedScores | None) -> tuple[float, bool]:
+    """(max |output under a one-key mask shift - expected output|, whether the shift changed any row's mask)."""
+    if scores is not None:  # the shifted mask over the float64 scores the oracle already computed
+        shifted, changed = scores.attend_transformed(shift_by_one_key)
+        diff = shifted.output - expected.output
+        return (float(diff.abs().max()) if diff.numel() else 0.0), changed
+    changes: list[bool] = []
+
+    def shift(mask):
+        moved = shift_by_one_key(mask)
+        changes.append(bool((moved != mask).any()))
+        return moved
+
+    # float32 is plenty for a yes/no against the limit (its ~1e-7 relative error sits far below
+    # every floor) and half the float64 cost on a CPU core.
+    output = attention(inputs, dtype=torch.float32, mask_transform=shift).output.double()
+    return (float((output - expected.output).abs().max()) if output.numel() else 0.0), any(changes)
+
+
 def evaluate(backend: Backend, case: Case, device: str | None = None, check_blind: bool = True,
-             oracle_cpu_max: int = ORACLE_CPU_MAX, base: dict[str, Any] | None = None) -> Evaluation:
+             oracle_cpu_max: int = ORACLE_CPU_MAX, base: dict[str, Any] | None = None,
+             packed: bool = True) -> Evaluation:
     """Run `case` on `backend` and judge it against the oracle. Never raises for kernel errors.
-    `base`: base_row(backend, case) when the caller built it already (a campaign worker's heartbeat)."""
+    `base`: base_row(backend, case) when the caller built it already (a campaign worker's heartbeat).
+    `packed`: the oracle's padded one-pass formulation where the case fits it (False: always the chunked one)."""
     row = dict(base) if base is not None else base_row(backend, case)
     reasons = backend.not_supported_reasons(case)
     if reasons:
@@ -113,8 +145,7 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
     _sync(dev)
     t1 = time.perf_counter()
     base_dtype = baseline_dtype(case.dtype, case.kv_cache_dtype)
-    expected = attention(oracle_inputs)
-    baseline = attention(oracle_inputs, dtype=base_dtype, reorder=True)
+    expected, baseline, scores = oracle_and_baseline(oracle_inputs, base_dtype, packed)
     _sync(odev)
     t2 = time.perf_counter()
     row.update(materialize_s=t1 - t0, oracle_s=t2 - t1, oracle_device=odev.type)
@@ -139,23 +170,12 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         # per-token-head writers may flip codes at rounding ties (judge_cache_write bounds them): the attention the
         # kernel computed is judged over the codes it wrote, not over the oracle's
         over_written = to_device(replace(kernel_inputs, cache=actual.written_cache), odev)
-        expected = attention(over_written)
-        baseline = attention(over_written, dtype=base_dtype, reorder=True)
+        expected, baseline, scores = oracle_and_baseline(over_written, base_dtype, packed)
     judge(row, backend.caps, oracle_inputs, expected, baseline, actual)
     if check_blind and row["verdict"] == Verdict.PASS.value:
-        changed: list[bool] = []
-
-        def shift(mask):
-            moved = shift_by_one_key(mask)
-            changed.append(bool((moved != mask).any()))
-            return moved
-
-        # float32 is plenty for a yes/no against the limit (its ~1e-7 relative error sits far below
-        # every floor) and half the float64 cost on a CPU core.
-        shifted = attention(oracle_inputs, dtype=torch.float32, mask_transform=shift).output.double()
-        visible_change = float((shifted - expected.output).abs().max()) if shifted.numel() else 0.0
-        row["mask_shift_error"] = visible_change if any(changed) else None
-        if not any(changed):  # every row sees 0 or 1 key of its 0 or 1: no mask to get wrong, not a blind spot
+        visible_change, changed = mask_shift(oracle_inputs, expected, scores)
+        row["mask_shift_error"] = visible_change if changed else None
+        if not changed:  # every row sees 0 or 1 key of its 0 or 1: no mask to get wrong, not a blind spot
             row["message"] = "no row has a key to add or drop: the case checks contracts, not masks"
         elif visible_change <= row["limit"]:
             row["verdict"] = Verdict.BLIND.value

@@ -17,7 +17,7 @@ def logsumexp_with_sink(scores: Tensor, sink: Tensor | None) -> Tensor:
         column = sink.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)
         scores = torch.cat([scores, column], dim=-1)
     if scores.shape[-1] == 0:
-        return torch.full(scores.shape[:-1], -math.inf, dtype=scores.dtype)
+        return torch.full(scores.shape[:-1], -math.inf, dtype=scores.dtype, device=scores.device)
     return torch.logsumexp(scores, dim=-1)
 
 

@@ -1,0 +1,146 @@
+"""The oracle's second formulation: every sequence of a Case in one padded batch, the scores shared.
+
+`reference.attention.attention` loops over sequences, chunks and heads, a few dozen small tensor ops per
+sequence and pass; for the small and mid-sized cases a campaign draws most, those ops, not the arithmetic,
+were the oracle's cost (benchmarks/results/throughput/). Here the sequences are padded to one
+[B, H, max_query_len, max_kv_len] score tensor: one q.k product, one softmax and one p.v product for the
+whole case, and the scores (everything before the mask) are kept, so a second mask over the same case
+(the blind check's one-key shift) costs a softmax and a p.v product, not another pass.
+
+Padded queries and keys are masked out and dropped; the math per row is `attend_sequence`'s, which stays
+the readable definition: tests/reference/test_packed.py holds the two to 1e-12 in float64 on drawn cases.
+Cases too large for one score tensor (`packable`) keep the chunked path.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, new_token_bias, product, query_for_oracle,
+                        sequence_kv)
+from .inputs import Inputs
+from .scores import alibi_bias, apply_soft_cap
+from .softmax import logsumexp_with_sink, probabilities
+from .visibility import query_positions, visible
+
+# Padded score elements (B x H x max_q x max_k) up to which a case is packed: a quarter of one chunk of the
+# chunked path, so the few tensors the packed pass holds at once stay near its memory.
+PACKED_ELEMENTS = CHUNK_ELEMENTS // 4
+# Padding a case may add: past about twice its real score elements the padded products cost more than the
+# per-sequence loop saves (one CPU thread, 300 drawn torch-sdpa-math cases: equal at 1.5-2x, 1.5x slower at 4x,
+# a 1,024-key decode beside two 1-key ones 7x slower).
+MAX_PADDING = 2.0
+SMALL_ELEMENTS = 4096  # below this, any padding is cheaper than a second sequence's loop
+
+
+def padded_elements(inputs: Inputs) -> int:
+    case = inputs.case
+    return len(case.sequences) * case.num_heads * case.max_query_len * case.max_kv_len
+
+
+def real_elements(inputs: Inputs) -> int:
+    case = inputs.case
+    return case.num_heads * sum(q * k for q, k in zip(case.query_lens, case.kv_lens))
+
+
+def packable(inputs: Inputs, max_elements: int = PACKED_ELEMENTS) -> bool:
+    """Whether the case fits one padded score tensor (and one key chunk, as the chunked path would cut it) without
+    padding it past MAX_PADDING times its real score elements."""
+    padded = padded_elements(inputs)
+    return (padded <= max_elements and inputs.case.max_kv_len <= KEY_CHUNK
+            and padded <= MAX_PADDING * real_elements(inputs) + SMALL_ELEMENTS)
+
+
+def _pad(parts: list[Tensor], length: int) -> Tensor:
+    """[len(parts), length, ...]: each part's first dim zero-padded to `length`."""
+    out = parts[0].new_zeros((len(parts), length, *parts[0].shape[1:]))
+    for i, p in enumerate(parts):
+        out[i, : p.shape[0]] = p
+    return out
+
+
+@dataclass(frozen=True)
+class PackedScores:
+    """The scores of every sequence of a case, padded: q.k x scale, soft-capped, ALiBi and qq_bias added, not
+    yet masked. scores [B, H, Q, K]; mask [B, H|1, Q, K] (False on padding); rows [B, Q] (True on real
+    queries, in token order when read row-major); num_keys [B] (each sequence's keys)."""
+
+    scores: Tensor
+    mask: Tensor
+    values: Tensor  # [B, K, H_kv, D_v]
+    rows: Tensor
+    num_keys: Tensor
+    sink: Tensor | None
+
+    def attend(self, mask: Tensor | None = None) -> Expected:
+        """Output [N, H, D_v], LSE [N, H] and visible-key counts of every real query row under `mask`
+        (default: the case's own), in token order."""
+        mask = self.mask if mask is None else mask
+        b, h, q, k = self.scores.shape
+        kv_heads = self.values.shape[2]
+        masked = self.scores.masked_fill(~mask, -math.inf)
+        lse = logsumexp_with_sink(masked.reshape(b * h, q, k), None).reshape(b, h, q)
+        p = probabilities(masked, lse).reshape(b, kv_heads, h // kv_heads, q, k)
+        out = product("bngqk,bknd->bqngd", p, self.values).reshape(b, q, h, self.values.shape[-1])
+        out, lse = out[self.rows], lse.transpose(1, 2)[self.rows]  # [N, H, D_v], [N, H]
+        counts = mask.sum(-1).expand(b, h, q).transpose(1, 2)[self.rows]
+        if self.sink is not None:
+            out, lse = add_sink(out, lse, self.sink)
+        return Expected(out, lse, counts)
+
+    def attend_transformed(self, transform: Callable[[Tensor, Tensor], Tensor]) -> tuple[Expected, bool]:
+        """attend() under transform(mask, num_keys [B, 1, 1]) -> mask, and whether it changed a real row."""
+        keys = torch.arange(self.mask.shape[-1], device=self.mask.device)
+        moved = transform(self.mask, self.num_keys[:, None, None]) & (keys < self.num_keys[:, None, None, None])
+        changed = bool(((moved != self.mask) & self.rows[:, None, :, None]).any())
+        return self.attend(moved), changed
+
+
+def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False) -> PackedScores:
+    """PackedScores of `inputs` in `dtype` (reorder: the scale goes on the keys, as in `block_scores`)."""
+    case = inputs.case
+    query = query_for_oracle(inputs, dtype)
+    dev = query.device
+    n_seq, max_q, max_k = len(case.sequences), case.max_query_len, case.max_kv_len
+    qs, ks, vs, masks, q_pos, biases = [], [], [], [], [], []
+    for i, seq in enumerate(case.sequences):
+        start, end = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
+        k, v = sequence_kv(inputs, i, dtype)
+        qs.append(query[start:end])
+        ks.append(k)
+        vs.append(v)
+        mask = visible(case, seq, i)
+        masks.append(torch.nn.functional.pad(mask, (0, max_k - mask.shape[-1], 0, max_q - mask.shape[-2])))
+        q_pos.append(torch.nn.functional.pad(query_positions(case, seq), (0, max_q - seq.query_len)))
+        if inputs.qq_bias is not None:
+            bias = new_token_bias(inputs.qq_bias, seq.query_len, k.shape[0])
+            biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
+    heads = max(m.shape[0] for m in masks)
+    mask = torch.stack([m.expand(heads, -1, -1) for m in masks]).to(dev)  # [B, H|1, Q, K]
+    q, k, v = _pad(qs, max_q), _pad(ks, max_k), _pad(vs, max_k)  # [B, Q, H, D], [B, K, H_kv, D(_v)]
+    kv_heads = k.shape[2]
+    qg = q.reshape(n_seq, max_q, kv_heads, case.num_heads // kv_heads, q.shape[-1])
+    if reorder:
+        scores = product("bqngd,bknd->bngqk", qg, k * case.softmax_scale)
+    else:
+        scores = product("bqngd,bknd->bngqk", qg * case.softmax_scale, k)
+    scores = apply_soft_cap(scores.reshape(n_seq, case.num_heads, max_q, max_k), case.soft_cap)
+    if inputs.alibi_slopes is not None:
+        positions = torch.stack(q_pos).to(dev).reshape(n_seq * max_q, 1)
+        bias = alibi_bias(inputs.alibi_slopes.to(dtype), positions, torch.arange(max_k, device=dev)[None],
+                          case.alibi.convention)  # [H, B * Q, K]
+        scores = scores + bias.reshape(case.num_heads, n_seq, max_q, max_k).transpose(0, 1).to(scores.dtype)
+    if biases:
+        scores = scores + torch.stack(biases).to(device=dev)[:, None].to(scores.dtype)
+    rows = torch.arange(max_q, device=dev)[None] < torch.tensor(case.query_lens, device=dev)[:, None]
+    return PackedScores(scores, mask, v, rows, torch.tensor(case.kv_lens, device=dev),
+                        None if inputs.sinks is None else inputs.sinks.to(dtype))
+
+
+def packed_attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False) -> Expected:
+    """`reference.attention.attention` of a packable case, in one padded pass."""
+    return pack_scores(inputs, dtype=dtype, reorder=reorder).attend()
