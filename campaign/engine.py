@@ -52,6 +52,7 @@ class CampaignConfig:
     use_ray: bool = False
     progress: bool = True
     compile_slices: bool = False  # see campaign.scheduler: more examples/s on JIT backends, fewer combinations early
+    mps: bool = False  # run the workers under a CUDA MPS daemon (campaign/mps.py)
 
 
 @dataclass
@@ -372,7 +373,16 @@ class Driver:
 
 
 def run_campaign(cfg: CampaignConfig) -> CampaignResult:
-    """Fuzz cfg.backends with local worker processes (or Ray actors with cfg.use_ray)."""
+    """Fuzz cfg.backends with local worker processes (or Ray actors with cfg.use_ray), under CUDA MPS with cfg.mps."""
+    if cfg.mps:
+        from .mps import mps_daemon
+
+        with mps_daemon():  # the workers' CUDA contexts must be made after the daemon starts
+            return _run_campaign(cfg)
+    return _run_campaign(cfg)
+
+
+def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
     from fuzz.compare import ORACLE_CPU_MAX
 
     prepare(cfg.out)

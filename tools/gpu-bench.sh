@@ -9,6 +9,9 @@
 #   jit        JIT-compiled backends: one worker vs --workers auto, TIME_JIT s each
 #   falsealarm >= 10,000 generated examples per correct backend (FA_BACKENDS), buckets reported
 #   mutant     a campaign against a planted bug on the GPU: share of worker time on new examples
+#   cpuprof    benchmarks/profile_evaluate.py on this host's CPU, one thread (packed and chunked oracle)
+#   cpuharness the small tier of torch-sdpa-math (CPU) with 16 workers: the harness alone, no GPU
+#   mps        fast and small under CUDA MPS (`attnref fuzz --mps`: the workers' kernels share the GPU at once)
 # Everything lands in $OUT (markdown tables, logs, a results tarball).
 set -uo pipefail
 PY=${PY:-python3}
@@ -48,6 +51,15 @@ for part in $PARTS; do
            timeout $((${TIME_FA:-60} + 120)) $PY -m cli fuzz --backend "$b" --examples 10000 --time "${TIME_FA:-60}" \
              --workers auto --quiet --no-replay --out "$RES/fa-$b" > "$OUT/fa-$b.txt" 2>&1
            echo "== $b exit $?" >> "$OUT/falsealarm.md"; grep -E "examples:|^  b-|exit" "$OUT/fa-$b.txt" >> "$OUT/falsealarm.md"
+         done ;;
+    cpuprof) for args in "--tiers small" "--tiers small --chunked" "" "--chunked"; do
+           echo "### profile_evaluate.py $args" >> "$OUT/cpuprof.md"
+           timeout 200 $PY benchmarks/profile_evaluate.py --examples 300 --top 12 $args >> "$OUT/cpuprof.md" 2>&1
+         done ;;
+    cpuharness) header; fuzz "cpu16-torch-sdpa-math" "${TIME_FAST:-40}" 16 --backend torch-sdpa-math --limits '{"tiers": ["small"]}' ;;
+    mps) header; for b in $FAST; do  # attnref fuzz --mps: the daemon started and stopped with each campaign
+           fuzz "mps-fast-$b" "${TIME_FAST:-40}" auto --backend "$b" --mps
+           fuzz "mps-small-$b" "${TIME_FAST:-40}" auto --backend "$b" --limits '{"tiers": ["small"]}' --mps
          done ;;
     mutant) header; fuzz "mutant-window" "${TIME_MUTANT:-60}" auto --mutants --backend mutant-window-off-by-one ;;
   esac
