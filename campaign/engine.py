@@ -53,6 +53,8 @@ class CampaignConfig:
     progress: bool = True
     compile_slices: bool = False  # see campaign.scheduler: more examples/s on JIT backends, fewer combinations early
     mps: bool = False  # run the workers under a CUDA MPS daemon (campaign/mps.py)
+    cache_dir: str | None = None  # the JIT libraries' compile caches (campaign/caches.py); None: the default folder
+    compile_share: float = 0.3  # in-place JIT compiles' share of a worker's time (campaign/compiles.py); 1: no deferring
 
 
 @dataclass
@@ -92,7 +94,8 @@ class Driver:
                                    max(10, min(100, math.ceil(cfg.examples * len(cfg.backends) / workers))))
         replays = saved_cases(cfg.out, cfg.backends) if cfg.replay_saved else {}
         self.scheduler = Scheduler(cfg.backends, examples=cfg.examples, shard_size=shard, done=done,
-                                   replays=replays, max_shrinking=max(1, workers // 4), slices=_slice_counts(cfg))
+                                   replays=replays, max_shrinking=max(1, workers // 4), slices=_slice_counts(cfg),
+                                   max_compiling=max(1, workers // 4))
         self.buckets = Buckets(per_bucket=cfg.shrink_per_bucket)
         for row in earlier:  # a resumed campaign keeps what it knew of its buckets
             if row.get("phase") == "minimal" and is_new_failure(row):
@@ -134,6 +137,8 @@ class Driver:
     def _on_row(self, wid: int, row: dict) -> None:
         self.beats.pop(wid, None)
         phase = row.get("phase")
+        if row.get("compile_key"):
+            self.scheduler.key_built(row["backend"], row["compile_key"])
         if phase == "generate":
             self.scheduler.example_done(row["backend"], row["shard"], row["index"])
             decision = self.buckets.observe(row)
@@ -252,6 +257,10 @@ class Driver:
             self._on_row(wid, msg["row"])
         elif kind == "minimal":
             self._on_minimal(wid, msg)
+        elif kind == "deferred":  # a generated case waits for its JIT module (campaign.compiles)
+            self.scheduler.defer(msg["backend"], msg["key"], msg["case"],
+                                 {"shard": msg["shard"], "index": msg["index"], "shard_size": msg["shard_size"]})
+            self.progress.deferred(msg["backend"])
         elif kind == "done":
             self.beats.pop(wid, None)
             self.shrinking.pop(wid, None)
@@ -383,6 +392,9 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
 
 
 def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
+    from .caches import cache_root, use_caches
+
+    use_caches(cfg.cache_dir)  # before the backends are imported below
     from fuzz.compare import ORACLE_CPU_MAX
 
     prepare(cfg.out)
@@ -393,7 +405,8 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
     threads = max(1, available_cores() // slots)
     wcfg = WorkerConfig(seed=cfg.seed, limits=cfg.limits, specs=cfg.specs, threads=threads,
                         oracle_cpu_max=cfg.oracle_cpu_max if cfg.oracle_cpu_max is not None else ORACLE_CPU_MAX,
-                        shrink_seconds=cfg.shrink_seconds, compile_slices=cfg.compile_slices)
+                        shrink_seconds=cfg.shrink_seconds, compile_slices=cfg.compile_slices,
+                        cache_dir=str(cache_root(cfg.cache_dir)), compile_share=cfg.compile_share)
     if cfg.use_ray:
         from .ray_pool import RayPool
 

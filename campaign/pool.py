@@ -174,6 +174,10 @@ def serve(fd: int, config: WorkerConfig) -> int:
     import warnings
 
     warnings.simplefilter("ignore")
+    if config.cache_dir is not None:  # before any library is imported: they read their cache folders then
+        from .caches import use_caches
+
+        use_caches(config.cache_dir, config.threads)
     import torch
 
     torch.set_num_threads(config.threads)

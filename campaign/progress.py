@@ -22,10 +22,26 @@ class Progress:
         self.failures: Counter[str] = Counter()
         self.known: Counter[str] = Counter()
         self.buckets: dict[str, set[str]] = defaultdict(set)
+        # JIT backends (campaign.compiles): compile keys built, cases waiting for one, row time spent building
+        self.keys: dict[str, set[str]] = defaultdict(set)
+        self.waiting: Counter[str] = Counter()
+        self.row_s: Counter[str] = Counter()
+        self.compile_s: Counter[str] = Counter()
         self._last = 0.0
+
+    def deferred(self, backend: str) -> None:
+        self.waiting[backend] += 1
 
     def row(self, row: dict, bucket: str | None = None) -> None:
         backend = row.get("backend", "?")
+        if row.get("compile_key"):
+            self.keys[backend].add(row["compile_key"])
+            spent = sum(row.get(k) or 0.0 for k in ("materialize_s", "oracle_s", "kernel_s", "compare_s"))
+            self.row_s[backend] += spent
+            if row.get("first_of_key"):
+                self.compile_s[backend] += row.get("kernel_s") or 0.0
+        if row.get("deferred") and self.waiting[backend]:
+            self.waiting[backend] -= 1
         if row.get("phase") == "generate":
             self.generated[backend] += 1
             if row.get("verdict") in ("mismatch", "nan", "contract", "crash", "timeout"):
@@ -43,6 +59,9 @@ class Progress:
                 part += f" fail={self.failures[backend]} buckets={len(self.buckets[backend])}"
                 if self.known[backend]:
                     part += f" known={self.known[backend]}"
+            if self.keys[backend]:  # a JIT backend: keys built, cases waiting for theirs, share of row time compiling
+                share = self.compile_s[backend] / max(self.row_s[backend], 1e-9)
+                part += f" keys={len(self.keys[backend])} waiting={self.waiting[backend]} compile={100 * share:.0f}%"
             parts.append(part)
         total = sum(self.generated.values())
         return f"[{now - self.start:6.0f}s] {total} examples ({total / max(now - self.start, 1e-9):.1f}/s): " + \

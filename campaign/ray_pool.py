@@ -37,6 +37,10 @@ class _WorkerActor:
     def __init__(self, config: dict, wid: int, outbox) -> None:
         import warnings
 
+        from .caches import use_caches
+
+        if config.get("cache_dir") is not None:  # before the libraries are imported (a reused Ray process may have some)
+            use_caches(config["cache_dir"], config.get("threads", 1))
         import torch
 
         from .worker import Worker

@@ -24,6 +24,7 @@ import itertools
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
+from .compiles import Backlog
 from .tasks import Task, TaskKind
 
 
@@ -45,7 +46,7 @@ class Scheduler:
     def __init__(self, backends: list[str], *, examples: int | None, shard_size: int = 100,
                  done: dict[tuple[str, int], tuple[int, int]] | None = None,
                  replays: dict[str, tuple[str, ...]] | None = None, max_shrinking: int = 1,
-                 shrink_share: float = 0.25, slices: dict[str, int] | None = None) -> None:
+                 shrink_share: float = 0.25, slices: dict[str, int] | None = None, max_compiling: int = 1) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
         shard size) from an earlier run being resumed; `replays`: saved case JSONs per backend;
         `slices`: the number of compile slices per JIT backend (others: 1)."""
@@ -73,6 +74,8 @@ class Scheduler:
         self.last_backend: dict[int, str] = {}
         self.stopped = False
         self.broken: dict[str, str] = {}  # backend -> why no more tasks are given to it
+        self.backlog = Backlog()
+        self.max_compiling = max(1, max_compiling)
 
     # --- events ---------------------------------------------------------------------------------
     def add_worker(self, wid: int) -> None:
@@ -89,9 +92,23 @@ class Scheduler:
     def shrink_example_done(self) -> None:
         self.shrink_rows += 1
 
+    def defer(self, backend: str, key: str, case: str, where: dict) -> None:
+        """A generated case waits for its compile key (campaign.compiles): its example number is used, so the shard
+        goes on past it (its row comes from the deferred task)."""
+        self.backlog.defer(backend, key, case, where)
+        s = self.shards.get(backend, {}).get(where.get("shard"))
+        if s is not None:
+            s.done = max(s.done, where.get("index") or 0)
+
+    def key_built(self, backend: str, key: str) -> None:
+        """A row of `backend` ran a case of compile key `key`: its module exists now."""
+        self.backlog.mark_built(backend, key)
+
     def task_done(self, wid: int, exhausted: bool = False) -> None:
         """`wid` finished its task; `exhausted`: hypothesis had no more cases to draw for the shard."""
         task = self.running.pop(wid, None)
+        if task is not None and task.kind == TaskKind.DEFERRED:
+            self.backlog.release(task.backend, task.key)
         if task is not None and task.kind == TaskKind.GENERATE:
             s = self.shards[task.backend][task.shard]
             s.running = False
@@ -112,6 +129,8 @@ class Scheduler:
             s = self.shards[task.backend][task.shard]
             s.running = False
             s.closed = s.done >= s.size
+        if task is not None and task.kind == TaskKind.DEFERRED:
+            self.backlog.release(task.backend, task.key)
         return task
 
     def add(self, task: Task) -> None:
@@ -150,7 +169,11 @@ class Scheduler:
             return False
         if self.stopped:
             return True
-        return not self.pending and all(b in self.broken or self._generate_for(b) is None for b in self.backends)
+        return (not self.pending and self._generation_over()
+                and not any(self.backlog.waiting(b) for b in self.backends if b not in self.broken))
+
+    def _generation_over(self) -> bool:
+        return all(b in self.broken or self._generate_for(b) is None for b in self.backends)
 
     def generated(self, backend: str) -> int:
         return sum(s.done for s in self.shards[backend].values())
@@ -165,15 +188,32 @@ class Scheduler:
                 if task.kind == TaskKind.SHRINK:
                     self.shrunk_backends.add(task.backend)
                 return task
+        deferred = self._deferred_task(built=True)  # cases whose module exists now: cheap, and owed a row
+        if deferred is not None:
+            return deferred
         active = defaultdict(int)
         for t in self.running.values():
             active[t.backend] += 1
         choices = [b for b in self.backends if b not in self.broken and self._generate_for(b) is not None]
+        compiling = sum(1 for t in self.running.values()
+                        if t.kind == TaskKind.DEFERRED and t.key not in self.backlog.built[t.backend])
+        if compiling < self.max_compiling or not choices:
+            deferred = self._deferred_task(built=False)
+            if deferred is not None:
+                return deferred
         if not choices:
             return None
         warm = self.last_backend.get(wid)
         backend = min(choices, key=lambda b: (active[b], self.generated(b), b != warm, self.backends.index(b)))
         return self._generate_for(backend, create=True, wid=wid)
+
+    def _deferred_task(self, built: bool) -> Task | None:
+        taken = self.backlog.take(built=built, skip=set(self.broken))
+        if taken is None:
+            return None
+        backend, key, cases = taken
+        return Task(TaskKind.DEFERRED, backend, key=key, cases=tuple(c for c, _ in cases),
+                    wheres=tuple(w for _, w in cases))
 
     def _may_shrink(self, backend: str) -> bool:
         if backend not in self.shrunk_backends:
@@ -215,7 +255,7 @@ class Scheduler:
         for j in sorted(shards, key=lambda j: (self.slice_of(backend, j) != mine, j)):
             s = shards[j]
             if not s.closed and not s.running and s.done < s.size:
-                return Task(TaskKind.GENERATE, backend, shard=j, size=s.size, start=s.done)
+                return Task(TaskKind.GENERATE, backend, shard=j, size=s.size, start=s.done, built=self._built(backend))
         planned = sum(s.size for s in shards.values())
         if self.examples is not None and planned >= self.examples:
             return None
@@ -230,4 +270,7 @@ class Scheduler:
             j = next(j for j in itertools.count(1) if j not in shards and (j - 1) % self.slices[backend] == p)
         if create:
             shards[j] = _Shard(size=size)
-        return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0)
+        return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0, built=self._built(backend))
+
+    def _built(self, backend: str) -> tuple[str, ...]:
+        return tuple(sorted(self.backlog.built[backend]))

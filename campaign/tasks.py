@@ -21,6 +21,7 @@ class TaskKind(Enum):
     GENERATE = "generate"  # examples start+1 .. size of a shard
     SHRINK = "shrink"  # draw example `target` of a shard again and shrink it while it fails the same way
     REPLAY = "replay"  # run saved minimal cases first, so a fixed bug shows as fixed
+    DEFERRED = "deferred"  # generated cases a worker deferred until their JIT module exists (campaign.compiles)
 
 
 @dataclass(frozen=True)
@@ -32,18 +33,23 @@ class Task:
     start: int = 0  # GENERATE: examples of the shard already done
     target: int = 0  # SHRINK: the failing example's index in the shard (1-based)
     signature: tuple[str, str, str] | None = None  # SHRINK: (backend, verdict, symptom) to keep failing
-    cases: tuple[str, ...] = field(default_factory=tuple)  # REPLAY: saved case JSON texts
+    cases: tuple[str, ...] = field(default_factory=tuple)  # REPLAY, DEFERRED: case JSON texts
+    wheres: tuple[dict, ...] = field(default_factory=tuple)  # DEFERRED: each case's shard, index and shard_size
+    key: str = ""  # DEFERRED: the compile key of its cases (campaign.compiles.key_text)
+    built: tuple[str, ...] = field(default_factory=tuple)  # GENERATE: compile keys some worker has built
 
     def to_dict(self) -> dict:
         return {"kind": self.kind.value, "backend": self.backend, "shard": self.shard, "size": self.size,
                 "start": self.start, "target": self.target,
-                "signature": list(self.signature) if self.signature else None, "cases": list(self.cases)}
+                "signature": list(self.signature) if self.signature else None, "cases": list(self.cases),
+                "wheres": list(self.wheres), "key": self.key, "built": list(self.built)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Task":
         return cls(kind=TaskKind(d["kind"]), backend=d["backend"], shard=d["shard"], size=d["size"],
                    start=d["start"], target=d["target"],
-                   signature=tuple(d["signature"]) if d.get("signature") else None, cases=tuple(d.get("cases") or ()))
+                   signature=tuple(d["signature"]) if d.get("signature") else None, cases=tuple(d.get("cases") or ()),
+                   wheres=tuple(d.get("wheres") or ()), key=d.get("key", ""), built=tuple(d.get("built") or ()))
 
     @property
     def label(self) -> str:
@@ -51,6 +57,8 @@ class Task:
             return f"{self.backend} shard {self.shard} [{self.start + 1}..{self.size}]"
         if self.kind == TaskKind.SHRINK:
             return f"{self.backend} shrink shard {self.shard} example {self.target}"
+        if self.kind == TaskKind.DEFERRED:
+            return f"{self.backend} {len(self.cases)} deferred cases of compile key {self.key}"
         return f"{self.backend} replay {len(self.cases)} saved cases"
 
 
@@ -71,11 +79,14 @@ class WorkerConfig:
     shrink_seconds: float = 20.0  # time one shrink may take before it keeps the smallest case so far
     shrink_examples: int = 300  # shrink evaluations before the same
     compile_slices: bool = False  # JIT backends' shards draw from one compile slice each (campaign.scheduler)
+    cache_dir: str | None = None  # the JIT libraries' compile caches (campaign.caches); None: not set here
+    compile_share: float = 0.3  # share of a worker's time in-place JIT compiles may take (campaign.compiles)
 
     def to_dict(self) -> dict:
         return {"seed": self.seed, "limits": self.limits, "specs": list(self.specs), "threads": self.threads,
                 "oracle_cpu_max": self.oracle_cpu_max, "shrink_seconds": self.shrink_seconds,
-                "shrink_examples": self.shrink_examples, "compile_slices": self.compile_slices}
+                "shrink_examples": self.shrink_examples, "compile_slices": self.compile_slices,
+                "cache_dir": self.cache_dir, "compile_share": self.compile_share}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkerConfig":
@@ -84,7 +95,9 @@ class WorkerConfig:
                    threads=d.get("threads", default.threads), oracle_cpu_max=d.get("oracle_cpu_max", default.oracle_cpu_max),
                    shrink_seconds=d.get("shrink_seconds", default.shrink_seconds),
                    shrink_examples=d.get("shrink_examples", default.shrink_examples),
-                   compile_slices=d.get("compile_slices", default.compile_slices))
+                   compile_slices=d.get("compile_slices", default.compile_slices),
+                   cache_dir=d.get("cache_dir", default.cache_dir),
+                   compile_share=d.get("compile_share", default.compile_share))
 
 
 def cores() -> int:

@@ -28,6 +28,7 @@ from fuzz.strategies import Limits, cases, compile_key, compile_slices, warm_up
 from reference.case import Case
 
 from .buckets import row_symptoms
+from .compiles import CompileBudget, key_text
 from .store import tensors_b64
 from .tasks import Task, TaskKind, WorkerConfig, shard_seed
 
@@ -134,6 +135,7 @@ class Worker:
         self._backends: dict[str, tuple[Any, list[Limits]]] = {}
         self._strategies: dict[tuple[str, int], tuple[Any, frozenset[str]]] = {}
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
+        self.budget = CompileBudget(share=config.compile_share)
 
     # --- shared pieces --------------------------------------------------------------------------
     def _loaded(self, name: str) -> tuple[Any, list[Limits]]:
@@ -194,9 +196,15 @@ class Worker:
         self._compiled.add(key)
         summary = base_row(backend, case)
         self.send({"type": "beat", **summary, "started": time.time(), "first_compile": first, **where})
+        started = time.monotonic()
         evaluation = evaluate(backend, case, check_blind=check_blind, oracle_cpu_max=self.config.oracle_cpu_max,
                               base=summary)
         row = evaluation.row
+        if key[1]:
+            row["compile_key"] = key_text(key[1])
+            if first:  # this process built (or loaded) the key's module in this call: it counts against the budget
+                row["first_of_key"] = True
+                self.budget.compiled(backend.name, time.monotonic() - started)
         if known is not None:
             failing = Verdict(row["verdict"]).is_failure
             if not failing or known.explains_row(row):
@@ -224,15 +232,30 @@ class Worker:
             exhausted = self._generate(task, deadline)
         elif task.kind == TaskKind.SHRINK:
             self._shrink(task, deadline)
+        elif task.kind == TaskKind.DEFERRED:
+            self._deferred(task, deadline)
         else:
             self._replay(task, deadline)
         self.send({"type": "done", "exhausted": exhausted})
 
     # --- tasks ----------------------------------------------------------------------------------
+    def _defers(self, backend, case: Case, built: frozenset[str]) -> str | None:
+        """The case's compile key when the case waits for it (no worker has built it and this worker's compile budget
+        is spent: campaign.compiles), else None (evaluate it now)."""
+        key = compile_key(case, backend.compiled_per, backend.compiled_features)
+        if not key or (backend.name, key) in self._compiled:
+            return None
+        text = key_text(key)
+        if text in built or self.config.compile_share >= 1.0 or self.budget.allows(backend.name):
+            return None
+        return text
+
     def _generate(self, task: Task, deadline: float | None) -> bool:
         backend, strategy, prefix = self._backend(task.backend, task.shard)
         fresh = _Fresh(prefix)
         state = {"index": 0, "stopped": False}
+        built = frozenset(task.built)
+        self.budget.touch(task.backend)
 
         def one(case: Case) -> None:
             if state["stopped"]:
@@ -247,6 +270,10 @@ class Worker:
             if i <= task.start:
                 return  # done in an earlier run: drawn again to reach the same place, not evaluated
             where = {"backend": task.backend, "shard": task.shard, "index": i, "shard_size": task.size}
+            waits_for = self._defers(backend, case, built) if not self.config.compile_slices else None
+            if waits_for is not None:  # the driver hands it out once the key is built (campaign.compiles)
+                self.send({"type": "deferred", "key": waits_for, "case": case.to_json(), **where})
+                return
             row, evaluation = self._evaluate(backend, case, where)
             row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
             sticky = row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", ""))
@@ -345,6 +372,23 @@ class Worker:
         best = Case.from_json(state["best"][0]["case"])
         _, evaluations = simplify(best, backend.caps, still_fails, backend.not_supported_reasons)
         state["evals"] += evaluations
+
+    def _deferred(self, task: Task, deadline: float | None) -> None:
+        """Generated cases that waited for their compile key: each gets the row it would have had when drawn."""
+        backend, _ = self._loaded(task.backend)
+        for text, where in zip(task.cases, task.wheres):
+            if self._over(deadline):
+                return
+            where = {"backend": task.backend, **where}
+            row, evaluation = self._evaluate(backend, Case.from_json(text), where)
+            row.update(phase="generate", deferred=True, t=time.time(),
+                       example_id=f"{task.backend}/{where['shard']}/{where['index']}", **where)
+            sticky = row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", ""))
+            if sticky:
+                row["sticky"] = True
+            self.send({"type": "row", "row": row})
+            if sticky:
+                self._report_sticky(task.backend, row, evaluation)
 
     def _replay(self, task: Task, deadline: float | None) -> None:
         backend, _ = self._loaded(task.backend)  # a replay draws nothing: no strategy to build

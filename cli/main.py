@@ -17,6 +17,17 @@ from backends.registry import BackendSpecError
 from .caseio import UsageError, load_case_file
 
 
+def _cmd_cache(a) -> int:
+    from campaign.caches import cache_root, clear, describe
+
+    root = cache_root(a.cache_dir)
+    if a.clear:
+        print(f"cleared {clear(root) / 2**20:.1f} MiB of compile caches under {root}")
+        return 0
+    print("\n".join(describe(root)))
+    return 0
+
+
 def _cmd_backends(a) -> int:
     from backends.registry import listings
 
@@ -74,6 +85,8 @@ def _cmd_fuzz(a) -> int:
         raise UsageError(f"--examples={a.examples}: an integer >= 1")
     if a.time is not None and a.time <= 0:
         raise UsageError(f"--time={a.time}: seconds > 0")
+    if not 0.0 < a.compile_share <= 1.0:
+        raise UsageError(f"--compile-share={a.compile_share}: a share in (0, 1] (1: compile every case where drawn)")
     examples = None if a.time and a.examples is None else (a.examples or 200)
     cfg = CampaignConfig(out=Path(a.out), backends=names, examples=examples, seconds=a.time, seed=a.seed,
                          example_timeout=a.example_timeout, compile_timeout=a.compile_timeout,
@@ -82,7 +95,8 @@ def _cmd_fuzz(a) -> int:
                          shard_size=a.shard_size, shrink_per_bucket=a.shrink_per_bucket,
                          oracle_cpu_max=a.oracle_cpu_max, replay_saved=not a.no_replay,
                          use_ray=a.ray is not None, ray_address=a.ray or None, progress=not a.quiet,
-                         compile_slices=a.compile_slices, mps=a.mps)
+                         compile_slices=a.compile_slices, mps=a.mps, cache_dir=a.cache_dir,
+                         compile_share=a.compile_share)
     if cfg.use_ray:
         import importlib.util
 
@@ -257,10 +271,22 @@ def parser() -> argparse.ArgumentParser:
                    help="run the GPU workers under a CUDA MPS daemon (started and stopped with the campaign unless one "
                         "runs already): 1.03-1.26x the small-tier examples/s of 16 workers on an H100; while it runs, "
                         "other users' CUDA programs cannot use the GPU")
+    f.add_argument("--compile-share", type=float, default=0.3, metavar="SHARE",
+                   help="JIT backends: the share of a worker's time that compiling a module no worker has built may "
+                        "take; a case past it waits until its module exists, and the worker evaluates built ones "
+                        "(default 0.3; 1: compile every case where it is drawn)")
+    f.add_argument("--cache-dir", metavar="DIR",
+                   help="the JIT libraries' compile caches (Triton, inductor, FA4, FlashInfer), kept between campaigns "
+                        "(default: $ATTNREF_CACHE_DIR, $XDG_CACHE_HOME/attnref or ~/.cache/attnref; see `attnref cache`)")
     f.add_argument("--mutants", action="store_true", help="allow mutant-* backends")
     f.add_argument("--limits", default="{}", help="JSON of fuzz.strategies.Limits: sizes, and a focus "
                    'for JIT-compiled kernels, e.g. \'{"dtypes": ["bfloat16"], "head_sizes": [128]}\'')
     f.set_defaults(func=_cmd_fuzz)
+
+    c = sub.add_parser("cache", help="the JIT libraries' compile caches campaigns keep: sizes, or --clear")
+    c.add_argument("--cache-dir", metavar="DIR", help="the folder (default as for `attnref fuzz`)")
+    c.add_argument("--clear", action="store_true", help="remove every library's cache under it")
+    c.set_defaults(func=_cmd_cache)
 
     pr = sub.add_parser("probe", help="convention probes (alignment, windows, empty rows, LSE base, ...)")
     pr.add_argument("--backend", action="append", help="backend name (repeatable); default: every available one")

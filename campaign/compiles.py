@@ -1,0 +1,110 @@
+"""JIT compiles off the critical path: a compile budget per worker and a backlog of deferred cases per compile key.
+
+A JIT backend (FA4, FlashInfer, vLLM's Triton kernels, compiled flex) builds one module per compile key
+(`fuzz.strategies.compile_key`: dtype, head size, kv dtype, keyed features). Built once, a key's module is cheap for
+every worker (FA4's and FlashInfer's modules and Triton's / inductor's kernels are kept on disk:
+campaign/caches.py); building it takes seconds to minutes. Measured before this: untold FlashInfer campaigns spent
+88-94 % of worker time compiling, FA4 45-67 %.
+
+- Worker side (`CompileBudget`): a drawn case whose key no worker has built yet is compiled in place only while this
+  worker's compile time on that backend stays within `share` of its time on it (the first compile always); otherwise
+  the case is *deferred*: sent to the driver with its example number, and the worker draws on, evaluating the cases
+  whose modules exist.
+- Driver side (`Backlog`, kept by campaign.scheduler): deferred cases wait per key. Once a row shows a key built, its
+  cases become a cheap task; a key nobody built yet becomes a *compile task* (evaluate its cases, the first one
+  compiling) for at most a quarter of the workers at once, largest backlog first. When generation has nothing left
+  (an example budget reached), every remaining key is compiled, so every drawn case gets its row.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+# Share of a worker's time on a backend that in-place compiles may take; the rest evaluates built keys.
+COMPILE_SHARE = 0.3
+# Deferred cases kept per key: beyond it a drawn case of that key is dropped (its example number gets no row).
+BACKLOG_PER_KEY = 64
+CASES_PER_TASK = 32
+
+
+def key_text(key: tuple) -> str:
+    """A compile key as the JSON text rows and task messages carry."""
+    return json.dumps(list(key))
+
+
+@dataclass
+class CompileBudget:
+    """One worker's compile time per backend, against its time on that backend."""
+
+    share: float = COMPILE_SHARE
+    compile_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    since: dict[str, float] = field(default_factory=dict)
+
+    def touch(self, backend: str, now: float | None = None) -> None:
+        self.since.setdefault(backend, time.monotonic() if now is None else now)
+
+    def allows(self, backend: str, now: float | None = None) -> bool:
+        """Whether one more in-place compile fits: none yet, or compiles so far within `share` of the time."""
+        now = time.monotonic() if now is None else now
+        self.touch(backend, now)
+        spent = self.compile_s[backend]
+        return spent == 0.0 or spent <= self.share * (now - self.since[backend])
+
+    def compiled(self, backend: str, seconds: float) -> None:
+        self.compile_s[backend] += seconds
+
+
+@dataclass
+class _Key:
+    cases: list[tuple[str, dict]] = field(default_factory=list)  # (case JSON, where: shard / index / shard_size)
+    building: bool = False  # a compile task holds it
+    dropped: int = 0
+
+
+class Backlog:
+    """Deferred cases per (backend, compile key), and which keys are built."""
+
+    def __init__(self, per_key: int = BACKLOG_PER_KEY) -> None:
+        self.per_key = per_key
+        self.built: dict[str, set[str]] = defaultdict(set)
+        self.keys: dict[tuple[str, str], _Key] = {}
+
+    def defer(self, backend: str, key: str, case: str, where: dict) -> None:
+        entry = self.keys.setdefault((backend, key), _Key())
+        if len(entry.cases) >= self.per_key:
+            entry.dropped += 1
+        else:
+            entry.cases.append((case, where))
+
+    def mark_built(self, backend: str, key: str) -> None:
+        self.built[backend].add(key)
+
+    def release(self, backend: str, key: str) -> None:
+        """A compile task of the key ended (built or not): its remaining cases may be handed out again."""
+        entry = self.keys.get((backend, key))
+        if entry is not None:
+            entry.building = False
+
+    def take(self, *, built: bool, skip: set[str] = frozenset()) -> tuple[str, str, list[tuple[str, dict]]] | None:
+        """(backend, key, cases) of a built key's waiting cases (built=True), or of the unbuilt key with the most
+        cases, marked building (built=False); None when there is none. Backends in `skip` are left out."""
+        ready = [(b, k) for (b, k), e in self.keys.items()
+                 if e.cases and not e.building and b not in skip and (k in self.built[b]) == built]
+        if not ready:
+            return None
+        backend, key = max(ready, key=lambda bk: len(self.keys[bk].cases))
+        entry = self.keys[backend, key]
+        cases, entry.cases = entry.cases[:CASES_PER_TASK], entry.cases[CASES_PER_TASK:]
+        entry.building = not built
+        return backend, key, cases
+
+    def waiting(self, backend: str | None = None) -> int:
+        return sum(len(e.cases) for (b, _), e in self.keys.items() if backend in (None, b))
+
+    def unbuilt_keys(self, backend: str) -> int:
+        return sum(1 for (b, k), e in self.keys.items() if b == backend and e.cases and k not in self.built[b])
+
+    def dropped(self, backend: str) -> int:
+        return sum(e.dropped for (b, _), e in self.keys.items() if b == backend)

@@ -1,0 +1,80 @@
+"""Compiles off the critical path (campaign/compiles.py): a worker defers a case whose JIT module nobody built once
+its compile budget is spent, the driver hands deferred cases out once their key is built (or as compile tasks), and
+every example still gets exactly one row."""
+from __future__ import annotations
+
+from collections import Counter
+
+from campaign.compiles import Backlog, CompileBudget
+from campaign.engine import CampaignConfig, run_campaign
+from campaign.scheduler import Scheduler
+from campaign.tasks import TaskKind
+
+
+def test_the_budget_allows_the_first_compile_then_a_share_of_the_time():
+    budget = CompileBudget(share=0.3)
+    assert budget.allows("b", now=0.0)
+    budget.compiled("b", 3.0)
+    assert not budget.allows("b", now=5.0)  # 3 s of 5 s compiling
+    assert budget.allows("b", now=10.0)  # 3 s of 10 s: within 30 %
+
+
+def test_built_keys_go_first_unbuilt_ones_to_a_few_workers_and_all_at_the_end():
+    s = Scheduler(["jit"], examples=4, shard_size=2, max_compiling=1)
+    for wid in range(3):
+        s.add_worker(wid)
+    s.defer("jit", "[\"a\"]", "case-a1", {"shard": 0, "index": 1, "shard_size": 2})
+    s.defer("jit", "[\"b\"]", "case-b1", {"shard": 0, "index": 2, "shard_size": 2})
+    s.key_built("jit", "[\"b\"]")
+    kinds = {wid: (t.kind, t.key) for wid, t in s.schedule()}
+    assert sorted(kinds.values(), key=str) == sorted([(TaskKind.DEFERRED, "[\"b\"]"), (TaskKind.DEFERRED, "[\"a\"]"),
+                                                      (TaskKind.GENERATE, "")], key=str)
+    generate = next(t for t in s.running.values() if t.kind == TaskKind.GENERATE)
+    assert generate.built == ("[\"b\"]",)  # workers learn which keys exist
+    assert not s.finished
+
+
+def test_compile_tasks_wait_while_generation_has_work_and_not_after():
+    s = Scheduler(["jit"], examples=2, shard_size=2, max_compiling=1)
+    s.add_worker(0)
+    s.add_worker(1)
+    for key in ("[\"a\"]", "[\"b\"]"):
+        s.defer("jit", key, f"case-{key}", {"shard": 0, "index": 1, "shard_size": 2})
+    first = dict(s.schedule())
+    assert Counter(t.kind for t in first.values()) == Counter({TaskKind.DEFERRED: 1, TaskKind.GENERATE: 1})
+    for wid, t in first.items():
+        if t.kind == TaskKind.GENERATE:
+            s.example_done("jit", t.shard, 2)
+            s.task_done(wid)
+    second = dict(s.schedule())  # generation is over: the other unbuilt key goes out although one compiles already
+    assert [t.kind for t in second.values()] == [TaskKind.DEFERRED]
+
+
+def test_a_full_backlog_drops_and_counts():
+    backlog = Backlog(per_key=2)
+    for i in range(5):
+        backlog.defer("jit", "k", f"c{i}", {})
+    assert backlog.waiting("jit") == 2 and backlog.dropped("jit") == 3
+
+
+def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=60, workers=2, progress=False,
+                         specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
+                         limits={"dtypes": ["float32", "bfloat16"], "tiers": ["small"]})
+    result = run_campaign(cfg)
+    rows = [r for r in result.rows if r.get("phase") == "generate"]
+    ids = Counter(r["example_id"] for r in rows)
+    assert len(ids) == 60 and max(ids.values()) == 1, ids.most_common(3)
+    assert any(r.get("deferred") for r in rows), "no case waited: the test would prove nothing"
+    assert all(r.get("compile_key") for r in rows)
+    assert result.status == 0
+
+
+def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=30, workers=2, progress=False,
+                         specs=("tests.campaign.fake_jit:backends",), replay_saved=False, compile_share=1.0,
+                         limits={"dtypes": ["float32", "bfloat16"], "tiers": ["small"]})
+    rows = [r for r in run_campaign(cfg).rows if r.get("phase") == "generate"]
+    assert len(rows) == 30 and not any(r.get("deferred") for r in rows)
