@@ -83,7 +83,7 @@ class PackedScores:
         b, h, q, k = self.scores.shape
         kv_heads = self.values.shape[2]
         masked = self.scores.masked_fill(~mask, -math.inf)
-        lse = logsumexp_with_sink(masked.reshape(b * h, q, k), None).reshape(b, h, q)
+        lse = logsumexp_with_sink(masked, None)  # [B, H, Q]
         p = probabilities(masked, lse).reshape(b, kv_heads, h // kv_heads, q, k)
         out = product("bngqk,bknd->bqngd", p, self.values).reshape(b, q, h, self.values.shape[-1])
         out, lse = out[self.rows], lse.transpose(1, 2)[self.rows]  # [N, H, D_v], [N, H]
