@@ -30,6 +30,7 @@ DEFAULT_BACKENDS = ("torch-naive-paged,mutant-window-off-by-one,mutant-soft-cap-
 
 
 def verdict_of(row: dict) -> tuple:
+    """What a row decides: its verdict and every symptom (the messages quote limits, which the baseline moves)."""
     return row["verdict"], row.get("symptom"), tuple((s["verdict"], s["symptom"]) for s in row.get("symptoms") or ())
 
 

@@ -216,6 +216,14 @@ class Worker:
     def _over(self, deadline: float | None) -> bool:
         return (deadline is not None and time.time() >= deadline) or self.should_stop()
 
+    @staticmethod
+    def _marked_sticky(row: dict) -> bool:
+        """Whether the row is a crash with a sticky device error; such a row is marked `sticky`."""
+        if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+            row["sticky"] = True
+            return True
+        return False
+
     def _report_sticky(self, backend: str, row: dict, evaluation: Evaluation | None) -> None:
         """The CUDA context is now unusable: every later case here would crash and be blamed. Send this
         case unshrunk as its bucket's minimal case and end the process."""
@@ -276,9 +284,7 @@ class Worker:
                 return
             row, evaluation = self._evaluate(backend, case, where)
             row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
-            sticky = row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", ""))
-            if sticky:
-                row["sticky"] = True
+            sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
             if sticky:
                 state["stopped"] = state["sticky"] = True  # hypothesis calls once more to report: a no-op
@@ -383,9 +389,7 @@ class Worker:
             row, evaluation = self._evaluate(backend, Case.from_json(text), where)
             row.update(phase="generate", deferred=True, t=time.time(),
                        example_id=f"{task.backend}/{where['shard']}/{where['index']}", **where)
-            sticky = row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", ""))
-            if sticky:
-                row["sticky"] = True
+            sticky = self._marked_sticky(row)  # before it is sent, as a generated row is
             self.send({"type": "row", "row": row})
             if sticky:
                 self._report_sticky(task.backend, row, evaluation)

@@ -7,6 +7,7 @@ import torch
 from hypothesis import assume, given, settings
 
 from backends.registry import get
+from benchmarks.packed_equivalence import verdict_of
 from fuzz.blind import shift_by_one_key
 from fuzz.compare import evaluate
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
@@ -73,10 +74,6 @@ def test_evaluate_gives_the_same_row_packed_or_chunked(case):
         a, b = evaluate(backend, case, "cpu").row, evaluate(backend, case, "cpu", packed=False).row
         assert verdict_of(a) == verdict_of(b), name
 
-
-def verdict_of(row: dict) -> tuple:
-    """What a row decides: its verdict and every symptom (the messages quote limits, which the baseline moves)."""
-    return row["verdict"], row.get("symptom"), tuple((s["verdict"], s["symptom"]) for s in row.get("symptoms") or ())
 
 
 def test_padding_is_never_seen_nor_added():
