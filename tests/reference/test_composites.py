@@ -248,6 +248,53 @@ def test_mla_decodes_absorbed_from_the_paged_latent_cache_and_prefills_expanded_
         assert torch.allclose(got[0], direct[0], atol=1e-9, rtol=0) and torch.allclose(got[1], direct[1], atol=1e-9, rtol=0)
 
 
+@given(st.integers(1, 6), st.integers(0, 40), st.integers(1, 17), st.integers(1, 3), st.integers(0, 2**31 - 1))
+def test_mla_chunked_prefill_equals_expanded(q_len, context, chunk, heads, seed):
+    """vLLM's prefill: context chunks seen whole, new tokens causal, merged by LSE = one causal pass."""
+    g = torch.Generator().manual_seed(seed)
+    rank, rope, nope, dv = 8, 4, 8, 4
+    n = context + q_len
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    w = mla.MLAWeights(w_uk=rand(rank, heads, nope) / rank**0.5, w_uv=rand(rank, heads, dv))
+    q_nope, q_pe, latent, k_pe = rand(q_len, heads, nope), rand(q_len, heads, rope), rand(n, rank), rand(n, rope)
+    scale = (nope + rope) ** -0.5
+    whole = mla.mla_expanded(q_nope, q_pe, latent, k_pe, w, scale)
+    chunked = mla.mla_prefill_chunked(q_nope, q_pe, latent, k_pe, w, scale, chunk)
+    assert torch.allclose(whole[0], chunked[0], atol=1e-10, rtol=0)
+    assert torch.allclose(whole[1], chunked[1], atol=1e-10, rtol=0)
+
+
+@given(st.sampled_from([r.KVCacheDType.AUTO, r.KVCacheDType.FP8_E4M3]), st.sampled_from([0.02, 0.5, 3.0]),
+       st.integers(1, 12), st.integers(0, 2**31 - 1))
+def test_mla_over_the_written_latent_cache_absorbed_equals_expanded(fmt, scale_kv, n, seed):
+    """The cache writer's rows (fp8: one per-tensor scale for latent and rope): decoding them absorbed equals
+    up-projecting the same stored values; a 16-bit row is stored exactly, an fp8 one within its step."""
+    g = torch.Generator().manual_seed(seed)
+    heads, rank, rope, nope, dv = 2, 8, 4, 8, 4
+    kv_c = torch.randn(n, rank, generator=g).to(torch.bfloat16)
+    k_pe = torch.randn(n, rope, generator=g).to(torch.bfloat16)
+    stored = mla.latent_cache_rows(kv_c, k_pe, fmt, scale_kv)
+    assert stored.shape == (n, rank + rope)
+    rows = mla.latent_rows_value(stored, fmt, scale_kv)
+    exact = torch.cat([kv_c, k_pe], -1).double()
+    if fmt.is_fp8:
+        assert stored.dtype == torch.float8_e4m3fn
+        assert torch.all((rows - exact).abs() <= exact.abs() / 16 + scale_kv * 2.0**-9)  # e4m3: 3 mantissa bits
+    else:
+        assert torch.equal(rows, exact)
+    w = mla.MLAWeights(w_uk=torch.randn(rank, heads, nope, generator=g, dtype=torch.float64),
+                       w_uv=torch.randn(rank, heads, dv, generator=g, dtype=torch.float64))
+    q_nope = torch.randn(1, heads, nope, generator=g, dtype=torch.float64)
+    q_pe = torch.randn(1, heads, rope, generator=g, dtype=torch.float64)
+    absorbed = mla.mla_absorbed(q_nope, q_pe, rows, w, (nope + rope) ** -0.5)
+    expanded = mla.mla_expanded(q_nope, q_pe, rows[:, :rank], rows[:, rank:], w, (nope + rope) ** -0.5)
+    assert torch.allclose(absorbed[0], expanded[0], atol=1e-9, rtol=0)
+    assert torch.allclose(absorbed[1], expanded[1], atol=1e-9, rtol=0)
+
+
 # --- batch splitting -----------------------------------------------------------------------------
 
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=10), st.integers(1, 3))
