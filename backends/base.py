@@ -95,6 +95,7 @@ class Capabilities:
     min_kv_len: int = 0  # fewest keys a sequence may have
     causal_equal_lengths: bool = False  # kernel cases: a causal call needs query_len == key_len
     window_right: bool = True  # kernel cases: the API bounds a window's right side (FlashInfer: window_left only)
+    fp8_query_only: bool = False  # an fp8 cache is read only with an fp8 query (Q_FP8): drawn with one always
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
     # Spellings the call accepts for one semantic, e.g. ("unbounded_window", ("none", "minus_one", "huge")):
     # the fuzzer draws each, so every spelling is tested, not only the adapter's favourite (first: default).

@@ -133,7 +133,7 @@ class Fa3Paged(VllmBackend):
                        ("scheduler", ("jit", "aot"))))
         # Found on the H100: FA3 takes an fp8 cache only with an fp8 query ("query and key must have the
         # same dtype"): fp8 cases carry one (Q_FP8), quantized with its q_scale as vLLM does.
-        self.caps = replace(self.caps, features=self.caps.features | {Feature.Q_FP8})
+        self.caps = replace(self.caps, features=self.caps.features | {Feature.Q_FP8}, fp8_query_only=True)
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
