@@ -20,6 +20,7 @@ kv_cache_dtype, scale)`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -108,6 +109,10 @@ class FlashMLA(VllmMLA):
         attn_types=frozenset({AttentionType.DECODER, AttentionType.KERNEL}),
         features=MLA_CAPS.features | {Feature.PAGED_KERNEL, Feature.MORE_QUERIES_THAN_KEYS, Feature.Q_FP8},
         uniform_query_len=True, min_query_len=1, fp8_query_only=True,
+        # a row that sees no key: output 0 and LSE +inf (all 431 failing 16-bit-cache rows of the first H100
+        # campaign showed just this, benchmarks/results/vllm/mla-h100-2026-11-25.md); vLLM's merge_attn_states
+        # reads +inf as an empty state
+        empty_row_lse=math.inf,
         # sched_meta: FlashMLASchedMeta is planned by its first call and reused by the next ones (vLLM's
         # layers share one per batch); "reused" judges the second call. softmax_scale defaults to 576 ** -0.5.
         encodings=(("sched_meta", ("fresh", "reused")), spellings.SCALE_ENCODINGS))
@@ -171,8 +176,9 @@ class FlashAttnMLA(VllmMLA):
         features=MLA_CAPS.features | {Feature.PAGED_KERNEL, Feature.MORE_QUERIES_THAN_KEYS},
         writes_output_buffer=True,
         # num_splits: 0 = FA3's heuristic; scheduler: FA3 plans inside the call (jit) or takes
-        # get_scheduler_metadata(headdim=64, headdim_v=512) as FLASH_ATTN_MLA's builder computes it (aot)
-        encodings=(("num_splits", ("0", "1", "3")), ("scheduler", ("jit", "aot"))))
+        # get_scheduler_metadata(headdim=64, headdim_v=512) as FLASH_ATTN_MLA's builder computes it (aot);
+        # output: the returned tensor (FLASH_ATTN_MLA's call) or a given `out=` buffer (the signature's option)
+        encodings=(("num_splits", ("0", "1", "3")), ("scheduler", ("jit", "aot")), ("output", ("returned", "out"))))
 
     def run(self, inputs: Inputs) -> Actual:
         from vllm.vllm_flash_attn import flash_attn_varlen_func, get_scheduler_metadata
@@ -194,12 +200,16 @@ class FlashAttnMLA(VllmMLA):
                 num_heads_q=case.num_heads, num_heads_kv=1, headdim=case.head_size - rank, cache_seqlens=seqused,
                 qkv_dtype=inputs.query.dtype, headdim_v=rank, page_size=case.cache.block_size, cu_seqlens_q=cu_q,
                 causal=case.is_causal, num_splits=kw["num_splits"])
-        buffer = poisoned_output(inputs)
-        out, lse = flash_attn_varlen_func(q=q_pe, k=latent[..., rank:], v=latent[..., :rank], q_v=q_v,
-                                          out=buffer[: case.num_tokens], **kw)
+        if case.encoding("output", "returned") == "out":
+            buffer = poisoned_output(inputs)
+            _, lse = flash_attn_varlen_func(q=q_pe, k=latent[..., rank:], v=latent[..., :rank], q_v=q_v,
+                                            out=buffer[: case.num_tokens], **kw)
+            lse, notes = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")
+            return Actual(output=buffer[: case.num_tokens], lse=lse, output_buffer=buffer,
+                          buffer_rows=case.num_tokens, notes=notes)
+        out, lse = flash_attn_varlen_func(q=q_pe, k=latent[..., rank:], v=latent[..., :rank], q_v=q_v, **kw)
         lse, notes = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")
-        return Actual(output=buffer[: case.num_tokens], lse=lse, output_buffer=buffer, buffer_rows=case.num_tokens,
-                      notes=notes)
+        return Actual(output=out, lse=lse, notes=notes)
 
 
 class MLAWritesCache(VllmMLA):
