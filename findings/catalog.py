@@ -13,6 +13,7 @@ H100_TORCH = "campaigns/torch-cudnn-flex-h100-2026-11-22.md"
 VLLM_KERNELS = "vllm/kernels-h100-2026-11-23.md"
 VLLM_WHOLE = "vllm/whole-backends-h100-2026-11-23.md"
 VLLM_RULES = "vllm/mask-rules-fa4-h100-2026-11-23.md"
+VLLM_MLA = "vllm/mla-h100-2026-11-25.md"
 UNTOLD = "reach/untold-h100-2026-11-25.md"
 
 TORCH = (
@@ -207,6 +208,19 @@ VLLM_ROWS = (
           ("vllm-backend-flex-fp32-head256-shared-memory.json",), "vllm/context-parallel-flex-h100-2026-11-24.md"),
     Entry("vllm-decode-mha-bf16-products", D, VLLM, "triton_decode_attention.decode_attention_fwd (MHA path)",
           "q.k is summed from bf16 products (tl.sum(q * k); the grouped path uses tl.dot): all 60 mismatches of "
-          "19,509 decode examples were MHA rows, up to 7.8x the limit.",
-          ("vllm-triton-decode-mha-bf16-products.json",), "campaigns/flashinfer-alibi-softcap-10k-h100-2026-11-24.md"),
+          "19,509 decode examples were MHA rows, up to 7.8x the limit. The MLA decode (is_mla=True) with one query "
+          "head takes the same path: every one of its mismatches had one head.",
+          ("vllm-triton-decode-mha-bf16-products.json", "vllm-triton-mla-mha-bf16-products.json"),
+          "campaigns/flashinfer-alibi-softcap-10k-h100-2026-11-24.md"),
+    Entry("vllm-flashmla-fp8-zero-keys", D, VLLM, "v1/attention/ops/flashmla.flash_mla_with_kvcache_fp8 (FLASHMLA, fp8)",
+          "A sequence with 0 cached keys (vLLM pads CUDA-graph batches so) makes an illegal memory access, or when it "
+          "survives garbage rows up to 3.4e+38; the 16-bit path returns 0 and LSE +inf there. vllm 0.26.0's builder "
+          "does not clamp seq_lens.",
+          ("vllm-flashmla-fp8-zero-keys-illegal-access.json", "vllm-flashmla-fp8-zero-keys-garbage-rows.json"), VLLM_MLA,
+          status="https://github.com/vllm-project/vllm/issues/33664 (fix proposed: vllm#35969); in the ledger"),
+    Entry("vllm-fa3-mla-canary", D, VLLM, "vllm_flash_attn FA3 with q_v (FLASH_ATTN_MLA), headdim 64 / 512",
+          "When one kv head serves more than 64 query rows (queries x heads), a NaN in an unused slot of the last "
+          "page reaches the output (FA3 loads the page and multiplies by probability 0): 1,124 of 1,124 NaN rows had "
+          "NaN in unused slots; with finite stale values the same shapes are right.",
+          ("vllm-fa3-mla-canary-nan.json", "vllm-fa3-mla-canary-nan-seven-heads.json"), VLLM_MLA),
 )

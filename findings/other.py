@@ -16,7 +16,7 @@ CONVENTIONS = (
           "natural-log and base-2 adapters convert (`lse_from_base2`); the lse_base probe checks each declaration.",
           results=PROBES, status="convention"),
     Entry("empty-row-lse", C, f"{TORCH_CUDA}; {VLLM}", "aten._flash_attention_forward; merge_attn_states",
-          "A row with no visible key: torch's flash returns LSE +inf (vLLM's merge reads +inf as empty), "
+          "A row with no visible key: torch's flash and FlashMLA return LSE +inf (vLLM's merge reads +inf as empty), "
           "the CPU flash kernel 0, most others -inf; each backend declares `empty_row_lse`.",
           ("aten-flash-varlen-5f7add1704.json",), "campaigns/torch-fa4-flashinfer-h200-2026-11-22.md",
           device="H200, CPU", status="convention"),
@@ -50,6 +50,11 @@ CONVENTIONS = (
 )
 
 LIMITATIONS = (
+    Entry("vllm-flashmla-fp8-bf16-output", L, VLLM, "v1/attention/ops/flashmla.flash_mla_with_kvcache_fp8",
+          "The fp8 path returns a bfloat16 output whatever the model dtype: a float16 model's output is rounded to "
+          "bfloat16 (8x a float16 rounding); vllm-flashmla declares fp8 with bfloat16 only "
+          "(vllm/mla-probe-h100-2026-11-25.txt).",
+          results="vllm/mla-h100-2026-11-25.md"),
     Entry("flashinfer-fa3-fp8-f16-query", L, FLASHINFER, "BatchPrefillWithPagedKVCacheWrapper(backend='fa3')",
           "The sm90 module for float16 queries over an e4m3 cache fails to build (fp8 caches need fp8 queries, "
           "FlashInfer PR #2536; `is_fa3_backend_supported()`).",
@@ -78,6 +83,11 @@ LIMITATIONS = (
 )
 
 OPEN = (
+    Entry("vllm-flashmla-fp8-long-queries", O, VLLM, "flash_mla_with_kvcache_fp8, 127-129 queries per sequence",
+          "bfloat16, fp8 cache, large values at the tile edges: output up to 7.7x the limit and LSE off by up to "
+          "6.7; the float16 rows of the same shape reached 58x. Not yet separated from the fp8 path's own rounding "
+          "of the probabilities.",
+          ("vllm-flashmla-fp8-long-queries-edge-values.json",), "vllm/mla-h100-2026-11-25.md"),
     Entry("sdpa-efficient-fp32-margin", O, TORCH_CUDA, "SDPA memory-efficient, float32, GQA",
           "Max error 1.1-1.3x the limit (4-6x a float32 pass) on multi-sequence GQA cases: not yet separated from "
           "the tolerance rule.",

@@ -48,6 +48,10 @@ def _has_empty_side(case: Case) -> bool:
     return any(q == 0 or k == 0 for q, k in zip(case.query_lens, case.kv_lens))
 
 
+def _fp8_sequence_without_keys(case: Case) -> bool:
+    return case.kv_cache_dtype.is_fp8 and any(k == 0 for k in case.kv_lens)
+
+
 # exp2 overflows float32 at 2^128: a sink more than 128 ln 2 above a row's largest score, folded in as
 # exp2((sink - max) log2 e) after a key loop whose running max never took the sink in, makes the row sum inf
 SINK_OVERFLOW = 128 * math.log(2)
@@ -111,6 +115,11 @@ KNOWN: tuple[Finding, ...] = (
               "measured here on SM90, flash-attn-4 4.0.0b36 (tools/analysis/emulate-fa4-sink-overflow.py: 481 of 481 rows)",
               symptom=r"NaN/Inf LSE")
       for name in ("fa4-varlen", "fa4-paged")),
+    Finding("vllm-flashmla", _fp8_sequence_without_keys, "https://github.com/vllm-project/vllm/issues/33664",
+            "FlashMLA's fp8 dense decode (flash_mla_with_kvcache_fp8) with a sequence of 0 cached keys (what vLLM's "
+            "CUDA-graph padding hands it) hits an illegal memory access, or when it survives writes garbage rows "
+            "(up to 3.4e+38); vllm 0.26.0's FlashMLA builder does not clamp seq_lens (the fix proposed in "
+            "vllm#35969); 84 crashes in 6,121 examples on an H100", crashes=True),
 )
 
 

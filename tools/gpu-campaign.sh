@@ -120,6 +120,10 @@ for g in $PARTS; do
         > "$OUT/repro-dcp.txt" 2>&1; echo "exit $?" >> "$OUT/repro-dcp.txt" ;;
     vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" "${VLLMWHOLE_RE:-^vllm-backend-}") ;;
+    vllmmla)  # vLLM's MLA decode kernels over the latent cache (tools/stage-vllm.sh first), then the API facts
+      # their buckets hinge on (tools/probe-mla.py: FA3's out=, FlashMLA's fp8 output dtype, 0-key sequences)
+      run "${PYTHONPATH:-}" "${TIME_VLLMMLA:-300}" $(avail "${PYTHONPATH:-}" "${VLLMMLA_RE:-^vllm-(triton-mla|flashmla|fa3-mla|mla-writes-cache)$}")
+      PYTHONPATH=$BASE:${PYTHONPATH:-} timeout 200 python3 tools/probe-mla.py > "$OUT/probe-mla.txt" 2>&1 ;;
     probes)  # convention probes of every available CUDA backend (and xformers from its own path)
       cuda=$(avail "${PYTHONPATH:-}" "${PROBE_RE:-(cuda|^torch-sdpa-(flash|efficient|cudnn)$|^aten-|^torch-varlen$|^fa4-|^flashinfer-|^vllm-)}")
       xf=$(avail /tmp/site-xf '^xformers-')  # (an empty list would mean "every available backend")

@@ -82,3 +82,25 @@ def test_a_row_without_keys_never_counts_as_overflow():
     empty = r.Case(sequences=(r.SequenceSpec(query_len=2, encoder_len=0),), attn_type=r.AttentionType.ENCODER_DECODER,
                    num_heads=1, num_kv_heads=1, head_size=8, sinks=(500.0,))
     assert largest_sink_excess(empty) == -math.inf
+
+
+def test_flashmla_fp8_crash_is_known_only_for_an_fp8_cache_with_a_sequence_without_keys():
+    """Never launched (an illegal memory access ends the worker's CUDA context): the entry must not swallow the
+    16-bit path, which answers 0 / +inf there, nor fp8 batches whose every sequence has keys."""
+    import json
+    import os
+
+    from fuzz.ledger import known_for
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results", "cases",
+                        "vllm-flashmla-fp8-zero-keys-illegal-access.json")
+    with open(path) as f:
+        case = r.Case.from_dict(json.load(f)["case"])
+    assert 0 in case.kv_lens and case.kv_cache_dtype.is_fp8
+    assert known_for("vllm-flashmla", case).crashes
+    sixteen_bit = case.replace(cache=dataclasses.replace(case.cache, quant=r.Quant()))
+    assert known_for("vllm-flashmla", sixteen_bit) is None
+    with_keys = case.replace(sequences=tuple(dataclasses.replace(s, key_len=max(s.key_len or 0, 1))
+                                              for s in case.sequences))
+    assert known_for("vllm-flashmla", with_keys) is None
+    assert known_for("vllm-triton-mla", case) is None
