@@ -96,6 +96,7 @@ class Capabilities:
     causal_equal_lengths: bool = False  # kernel cases: a causal call needs query_len == key_len
     window_right: bool = True  # kernel cases: the API bounds a window's right side (FlashInfer: window_left only)
     fp8_query_only: bool = False  # an fp8 cache is read only with an fp8 query (Q_FP8): drawn with one always
+    fp8_model_dtypes: frozenset[DType] | None = None  # the model dtypes an fp8 cache is read with (None: any)
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
     # Spellings the call accepts for one semantic, e.g. ("unbounded_window", ("none", "minus_one", "huge")):
     # the fuzzer draws each, so every spelling is tested, not only the adapter's favourite (first: default).
@@ -188,6 +189,9 @@ class Capabilities:
         if q.kv_cache_dtype not in self.kv_cache_dtypes:
             out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} (declared: "
                        f"{sorted(x.value for x in self.kv_cache_dtypes)})")
+        if q.kv_cache_dtype.is_fp8 and self.fp8_model_dtypes is not None and case.dtype not in self.fp8_model_dtypes:
+            out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} with dtype={case.dtype.value} (fp8 declared with: "
+                       f"{sorted(d.value for d in self.fp8_model_dtypes)})")
         if q.granularity not in self.scale_granularities:
             out.append(f"scale granularity={q.granularity.value} not declared")
         if q.dynamic_scales and Feature.DYNAMIC_SCALES not in self.features:

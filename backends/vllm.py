@@ -133,7 +133,9 @@ class Fa3Paged(VllmBackend):
                        ("scheduler", ("jit", "aot"))))
         # Found on the H100: FA3 takes an fp8 cache only with an fp8 query ("query and key must have the
         # same dtype"): fp8 cases carry one (Q_FP8), quantized with its q_scale as vLLM does.
-        self.caps = replace(self.caps, features=self.caps.features | {Feature.Q_FP8}, fp8_query_only=True)
+        # and its fp8 path writes a bf16 output only: fp8 is declared with bfloat16 models
+        self.caps = replace(self.caps, features=self.caps.features | {Feature.Q_FP8}, fp8_query_only=True,
+                            fp8_model_dtypes=frozenset({DType.BFLOAT16}))
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
@@ -141,8 +143,6 @@ class Fa3Paged(VllmBackend):
             reasons.append("sinks with dtype != bfloat16: FA3's s_aux takes bf16 sinks")
         if case.kv_cache_dtype.is_fp8 and case.cache.quant.q_fp8_scale is None:
             reasons.append("fp8 cache without an fp8 query: FA3 needs query and key of one dtype")
-        if case.kv_cache_dtype.is_fp8 and case.dtype != DType.BFLOAT16:
-            reasons.append("fp8 with dtype float16: FA3's fp8 path writes a bf16 output only")
         return reasons
 
     def extra_args(self, case, dev, window) -> dict:

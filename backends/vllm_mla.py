@@ -109,6 +109,8 @@ class FlashMLA(VllmMLA):
         attn_types=frozenset({AttentionType.DECODER, AttentionType.KERNEL}),
         features=MLA_CAPS.features | {Feature.PAGED_KERNEL, Feature.MORE_QUERIES_THAN_KEYS, Feature.Q_FP8},
         uniform_query_len=True, min_query_len=1, fp8_query_only=True,
+        # the fp8 path returns bfloat16 for a float16 model too (tools/probe-mla.py on an H100)
+        fp8_model_dtypes=frozenset({DType.BFLOAT16}),
         # a row that sees no key: output 0 and LSE +inf (all 431 failing 16-bit-cache rows of the first H100
         # campaign showed just this, benchmarks/results/vllm/mla-h100-2026-11-25.md); vLLM's merge_attn_states
         # reads +inf as an empty state
@@ -130,9 +132,6 @@ class FlashMLA(VllmMLA):
         reasons = super().not_supported_reasons(case)
         if case.kv_cache_dtype.is_fp8 and case.cache.quant.q_fp8_scale is None:
             reasons.append("fp8 cache without an fp8 query: FLASHMLA quantizes the query with layer._q_scale")
-        if case.kv_cache_dtype.is_fp8 and case.dtype != DType.BFLOAT16:
-            # measured on an H100 (tools/probe-mla.py): the output is bfloat16 for a float16 model too
-            reasons.append("fp8 with dtype float16: FlashMLA's fp8 path returns a bfloat16 output only")
         return reasons
 
     def run(self, inputs: Inputs) -> Actual:

@@ -238,7 +238,8 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
     focus = focus_values(caps.kv_cache_dtypes, limits.kv_cache_dtypes, key=lambda x: x.value)
 
     def fits(d: KVCacheDType) -> bool:
-        return d.holds(dtype) and d.holds_heads(head_size, head_size_v)
+        return (d.holds(dtype) and d.holds_heads(head_size, head_size_v)
+                and (not d.is_fp8 or caps.fp8_model_dtypes is None or dtype in caps.fp8_model_dtypes))
 
     kv_dtypes = ([d for d in focus if fits(d)]  # a focus with no fitting kv dtype keeps the declaration's
                  or [d for d in sorted(caps.kv_cache_dtypes, key=lambda x: x.value) if fits(d)])
