@@ -207,8 +207,11 @@ class FlexPagedBackend(FlexBackend):
                             + (" (torch.compile)" if compiled else " (eager)"))
         self.caps = Capabilities(
             devices=frozenset({device}), dtypes=frozenset(DType), head_sizes=(16, 32, 64, 128),
-            attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
-            features=FEATURES | {Feature.BLOCK_SPARSE, Feature.LAYERED_CACHE}, lse_base=LseBase.E,
+            # the raw region: mask_mod is any function of (b, h, q, k), so kernel cases over the page table
+            # (causal on or off, either alignment, more queries than keys) are what the API takes
+            attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER, AttentionType.KERNEL}),
+            causal_alignments=frozenset(CausalAlignment),
+            features=FEATURES | {Feature.BLOCK_SPARSE, Feature.LAYERED_CACHE, Feature.PAGED_KERNEL}, lse_base=LseBase.E,
             kv_layouts=frozenset(KVLayout) - {KVLayout.PAGED_V0},
             # Found by fuzzing: inductor needs the page (KV block) size to be a multiple of its BLOCK_N.
             block_sizes=(128,) if compiled else (16, 32, 64, 128),

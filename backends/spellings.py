@@ -46,6 +46,34 @@ def unbounded(case: Case, default: str = NONE) -> int | None:
     raise ValueError(f"encoding {UNBOUNDED_WINDOW}={spelling!r}: not one of none, minus_one, edge, beyond")
 
 
+def respellable(case: Case) -> bool:
+    """Whether "no window" may be spelled as a window past every key in vLLM's calls: not where vLLM's own
+    mask rules read the window (PrefixLM ranges, R-SWA, which replaces it), so only the window's spelling
+    changes, never the rule it feeds."""
+    return case.bidirectional_ranges is None and case.global_prefix is None
+
+
+def unbounded_left(case: Case, default: str = MINUS_ONE) -> int:
+    """A left window side as kernels with an int-only `window_size` take it: the case's, or its unbounded
+    spelling (-1, the edge, beyond). (vLLM's chunk lookback, which sizes its chunks from the window, always
+    comes with a bounded one: Case requires it.)"""
+    left = case.window_bounds[0]
+    if left is not None:
+        return left
+    spelled = unbounded(case, default) if respellable(case) else -1
+    return -1 if spelled is None else spelled
+
+
+def sliding_window(case: Case) -> int | None:
+    """vLLM's W (the keys a query sees, its own included): the case's, or an unbounded one spelled as None,
+    -1 (the kernels' "W <= 0: no window"), the smallest W that bounds nothing here (the extent), or far past
+    it."""
+    if case.sliding_window is not None or not respellable(case):
+        return case.sliding_window
+    left = unbounded(case, NONE)
+    return left if left is None or left < 0 else left + 1
+
+
 def window_pair(case: Case, default: str = NONE, causal_in_window: bool = False) -> tuple[int | None, int | None]:
     """(left, right) as flash-attn style APIs take it: bounded sides as they are, unbounded ones spelled;
     causality as the window (left, 0) when the case spells it so (`causal_as_window`) or the API has no

@@ -225,7 +225,10 @@ class TritonUnified(VllmBackend):
                                    KVCacheDType.FP8_PER_TOKEN_HEAD, KVCacheDType.INT4_PER_TOKEN_HEAD}), lse_base=None,
         requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
         causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
-        encodings=(("path", ("2d", "3d")),))
+        # window_size: (left, right) ints, the left side read (SLIDING_WINDOW = 1 + left), -1 unbounded; a left side
+        # that reaches past every key bounds nothing but runs the windowed branch
+        encodings=(("path", ("2d", "3d")), spellings.window_encodings((spellings.MINUS_ONE, spellings.EDGE,
+                                                                        spellings.BEYOND))))
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
@@ -249,7 +252,6 @@ class TritonUnified(VllmBackend):
         dev = inputs.device
         pool = inputs.cache.paged
         buffer = poisoned_output(inputs)
-        left, _ = case.window_bounds
         q, k, v = inputs.query, pool.key_view(), pool.value_view()
         from vllm.v1.kv_cache_interface import KVQuantMode
 
@@ -273,7 +275,7 @@ class TritonUnified(VllmBackend):
         unified_attention(q=q, k=k, v=v, out=buffer[: case.num_tokens], cu_seqlens_q=cu_seqlens(case.query_lens, dev),
                           max_seqlen_q=max(case.max_query_len, 1), seqused_k=inputs.seq_lens.to(dev),
                           max_seqlen_k=max(case.max_kv_len, 1), softmax_scale=case.softmax_scale,
-                          causal=case.is_causal, window_size=(-1 if left is None else left, -1),
+                          causal=case.is_causal, window_size=(spellings.unbounded_left(case), -1),
                           block_table=inputs.block_table, softcap=case.soft_cap or 0.0,
                           alibi_slopes=None if inputs.alibi_slopes is None else inputs.alibi_slopes.to(dev),
                           use_alibi_sqrt=case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT,
@@ -310,7 +312,9 @@ class PrefixPrefill(VllmBackend):
         # fp8 not declared: the kernel attends the new tokens from the unquantized k / v it is handed, the
         # oracle from the cache they were written to (a per-kernel convention the Case does not name yet).
         block_sizes=(16, 32), kv_cache_dtypes=frozenset({KVCacheDType.AUTO}),
-        lse_base=None, requires_cache=True, reads_paged_cache=True, writes_output_buffer=True)
+        lse_base=None, requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
+        # sliding_window: vLLM's W; "None or <= 0" is no window (context_attention_fwd), a W past every key too
+        encodings=(spellings.window_encodings(),))
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
@@ -339,7 +343,7 @@ class PrefixPrefill(VllmBackend):
                               max(case.max_kv_len, 1), max(case.max_query_len, 1),
                               inputs.cache.k_scale.to(dev), inputs.cache.v_scale.to(dev),
                               alibi_slopes=None if inputs.alibi_slopes is None else inputs.alibi_slopes.to(dev),
-                              sliding_window=case.sliding_window, sm_scale=case.softmax_scale,
+                              sliding_window=spellings.sliding_window(case), sm_scale=case.softmax_scale,
                               sinks=None if inputs.sinks is None else inputs.sinks.to(dev))
         return Actual(output=buffer[:new], output_buffer=buffer, buffer_rows=new)
 

@@ -18,7 +18,7 @@ from reference.case import AttentionType, KVCacheDType
 from reference.inputs import Inputs
 
 from .base import Actual, Backend, Feature, poisoned_output
-from . import vllm_repro
+from . import spellings, vllm_repro
 from .vllm import PrefixPrefill, TritonUnified, per_token_head_mode
 
 
@@ -45,7 +45,7 @@ class ChunkedPagedDecode(PrefixPrefill):
             max_seq_len=max(case.max_kv_len, 1), max_query_len=max(case.max_query_len, 1),
             k_scale=inputs.cache.k_scale.to(dev), v_scale=inputs.cache.v_scale.to(dev),
             alibi_slopes=None if inputs.alibi_slopes is None else inputs.alibi_slopes.to(dev),
-            sliding_window=case.sliding_window, sm_scale=case.softmax_scale,
+            sliding_window=spellings.sliding_window(case), sm_scale=case.softmax_scale,
             sinks=None if inputs.sinks is None else inputs.sinks.to(dev))
         return Actual(output=buffer[:new], output_buffer=buffer, buffer_rows=new)
 

@@ -34,6 +34,7 @@ import torch
 from reference.case import AlibiConvention, AttentionType, BlockTableKind, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs, KVCache, slots_for
 
+from . import spellings
 from .vllm_layers_repro import cascade_prefix, whole
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
@@ -99,7 +100,7 @@ class LayerBackend(Backend):
         kw = dict(num_heads=case.num_heads, head_size=case.head_size, scale=case.softmax_scale,
                   num_kv_heads=case.num_kv_heads,
                   alibi_slopes=None if inputs.alibi_slopes is None else [float(x) for x in inputs.alibi_slopes],
-                  sliding_window=case.sliding_window, kv_cache_dtype=KV_DTYPE_STRINGS[case.kv_cache_dtype],
+                  sliding_window=spellings.sliding_window(case), kv_cache_dtype=KV_DTYPE_STRINGS[case.kv_cache_dtype],
                   logits_soft_cap=case.soft_cap,
                   sinks=None if inputs.sinks is None else inputs.sinks.to(inputs.device, case.dtype.torch))
         if case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT:
@@ -145,7 +146,7 @@ class LayerBackend(Backend):
             impl.do_kv_cache_update(layer, inputs.key, inputs.value, kv_cache, inputs.slot_mapping.to(dev))
             spec = FullAttentionSpec(block_size=bs, num_kv_heads=case.num_kv_heads, head_size=case.head_size,
                                      dtype=storage_dtype if kvd != "auto" else case.dtype.torch,
-                                     kv_quant_mode=get_kv_quant_mode(kvd), sliding_window=case.sliding_window)
+                                     kv_quant_mode=get_kv_quant_mode(kvd), sliding_window=spellings.sliding_window(case))
             builder = backend_cls.get_builder_cls()(spec, [LAYER], cfg, dev)
             qsl = inputs.query_start_loc.to(torch.int32)
             seq_lens = inputs.seq_lens.to(torch.int32)
@@ -226,7 +227,10 @@ _BASE = Capabilities(
     kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(16, 32, 64),
     kv_cache_dtypes=frozenset({KVCacheDType.AUTO}), lse_base=None, requires_cache=True, reads_paged_cache=True,
     writes_output_buffer=True, causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
-    encodings=(("cache_layout", ("NHD", "HND")),))
+    # sliding_window: None, or a W that reaches past every key (a model whose window is longer than the context:
+    # the impl still builds the window (W - 1, 0) and runs the kernels' windowed branch)
+    encodings=(("cache_layout", ("NHD", "HND")), spellings.window_encodings((spellings.NONE, spellings.EDGE,
+                                                                            spellings.BEYOND))))
 
 
 def vllm_layer_backends() -> list[Backend]:
@@ -251,7 +255,7 @@ def vllm_layer_backends() -> list[Backend]:
     # (AttentionBackend.supports_sink is False). Its KV cache has one stride order: no cache_layout encoding.
     flex = replace(_BASE, dtypes=F16 | {DType.FLOAT32}, head_sizes=(32, 64, 80, 96, 128, 256),
                    features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT, Feature.PREFIX_LM}),
-                   encodings=())
+                   encodings=(spellings.window_encodings((spellings.NONE, spellings.EDGE, spellings.BEYOND)),))
     return [
         LayerBackend("vllm-backend-triton", "vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend", triton,
                      "vLLM TRITON_ATTN whole: metadata builder, do_kv_cache_update, forward"),
@@ -268,7 +272,7 @@ class _FlashLayer(LayerBackend):
         reasons = super().not_supported_reasons(case)
         if case.sinks is not None and case.dtype != DType.BFLOAT16:
             reasons.append("sinks with dtype != bfloat16: FA3's s_aux takes bf16 sinks")
-        if case.encoding("cascade", "off") == "on" and case.sliding_window is not None:
+        if case.encoding("cascade", "off") == "on" and spellings.sliding_window(case) is not None:
             reasons.append("cascade with a sliding window: vLLM's use_cascade_attention never picks it")
         return reasons
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from reference.case import AlibiConvention, BlockTableKind, Case
 
+from . import spellings
+
 LAYER = "model.layers.0.self_attn.attn"
 
 
 def whole(case: Case, module: str, cls: str, zeroed_cache: bool, cascade_prefix: int, kv_dtype: str = "auto") -> str:
     flex = cls == "FlexAttentionBackend"
-    impl = [f"num_heads=H, head_size=D, scale=SCALE, num_kv_heads=H_KV, sliding_window={case.sliding_window}",
+    impl = [f"num_heads=H, head_size=D, scale=SCALE, num_kv_heads=H_KV, sliding_window={spellings.sliding_window(case)}",
             'kv_cache_dtype=CACHE_DTYPE, logits_soft_cap=SOFT_CAP',
             "alibi_slopes=None if ALIBI is None else [float(x) for x in ALIBI]",
             "sinks=None if SINKS is None else SINKS.to(DEVICE, DTYPE)"]
@@ -102,7 +104,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
         new_slots = torch.cat([s[c:] for s, c in zip(slots, context)])
         impl.do_kv_cache_update(layer, k_new, v_new, kv_cache, new_slots)
         spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=H_KV, head_size=D, dtype=storage,
-                                 kv_quant_mode=get_kv_quant_mode(CACHE_DTYPE), sliding_window={case.sliding_window})
+                                 kv_quant_mode=get_kv_quant_mode(CACHE_DTYPE), sliding_window={spellings.sliding_window(case)})
         builder = Backend.get_builder_cls()(spec, ["{LAYER}"], cfg, DEVICE)
         qsl = cu_seqlens(0)
         lens = seq_lens.cpu()

@@ -9,6 +9,7 @@ import textwrap
 
 from reference.case import AlibiConvention, Case
 
+from . import spellings
 from .vllm import flash_window, triton_padded, window_omitted
 
 
@@ -19,7 +20,6 @@ def _canary(case: Case) -> str:
 def unified(case: Case) -> str:
     """triton_unified_attention.unified_attention: 2D or 3D path, ALiBi, sinks, soft-cap, window, fp8 per tensor or
     per-token-head scales, PrefixLM / R-SWA / chunk lookback / qq_bias."""
-    left = case.window_bounds[0]
     three_d = case.encoding("path", "2d") == "3d"
     sqrt = case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT
     kvd = case.kv_cache_dtype
@@ -62,7 +62,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     text += f'''    unified_attention(q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=cu_seqlens(0),
                       max_seqlen_q=max(max(s[0] for s in SEQS), 1), seqused_k=seq_lens,
                       max_seqlen_k=max(max(s[1] for s in SEQS), 1), softmax_scale=SCALE, causal=CAUSAL,
-                      window_size=({-1 if left is None else left}, -1), block_table=table, softcap=SOFT_CAP or 0.0,
+                      window_size=({spellings.unbounded_left(case)}, -1), block_table=table, softcap=SOFT_CAP or 0.0,
                       alibi_slopes=None if ALIBI is None else ALIBI.float().to(DEVICE), use_alibi_sqrt={sqrt},
                       sinks=None if SINKS is None else SINKS.to(DEVICE), **kw)
     return out, None
@@ -142,7 +142,7 @@ def prefix_prefill(case: Case, chunked: bool) -> str:
                     else ("prefix_prefill", "context_attention_fwd"))
     body = textwrap.fill(call, 116, subsequent_indent="        ", break_long_words=False, break_on_hyphens=False)
     return f'''
-SLIDING_WINDOW = {case.sliding_window}  # vLLM's W: the last W keys, the query's own included
+SLIDING_WINDOW = {spellings.sliding_window(case)}  # vLLM's W: the last W keys, the query's own included
 
 def kernel(q, ks, vs):
     """vLLM's {name}: keys in the v0 paged cache ({case.cache.block_size}-token pages), new tokens also contiguous."""

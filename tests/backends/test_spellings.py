@@ -88,3 +88,28 @@ def test_a_short_campaign_draws_every_declared_spelling(tmp_path):
     declared = {f"{n}={v}" for n, values in NAIVE_CAPS.encodings for v in values}
     assert declared <= drawn, sorted(declared - drawn)
     assert all(x["verdict"] in ("pass", "blind") for x in rows)
+
+
+DECODER = dataclasses.replace(ORACLE_CAPS, attn_types=frozenset({AttentionType.DECODER}), kv_layouts=frozenset())
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases(DECODER, SMALL), st.sampled_from([spellings.NONE, spellings.MINUS_ONE, spellings.EDGE, spellings.BEYOND]))
+def test_vllms_w_spellings_of_no_window_mean_no_window_and_the_edge_is_the_boundary(case, spelling):
+    """vLLM's W (the keys a query sees, its own included): None and W <= 0 are no window, and so is any W of at
+    least the extent; the edge spelling is exactly that extent (W - 1 masks the first key of a longest row)."""
+    from hypothesis import assume
+
+    assume(case.sliding_window is None and spellings.respellable(case))
+    w = spellings.sliding_window(case.replace(encodings=((spellings.UNBOUNDED_WINDOW, spelling),)))
+    if spelling in (spellings.NONE, spellings.MINUS_ONE):
+        assert w is None or w <= 0
+        return
+    want, got = r.attention(r.materialize(case)), r.attention(r.materialize(case.replace(sliding_window=w)))
+    assert torch.equal(want.output, got.output) and torch.equal(want.lse, got.lse)
+    only_causal = case.attn_chunk_size is None and case.block_sparse is None  # no other rule cuts the first key
+    if (spelling == spellings.EDGE and w > 1 and only_causal
+            and any(k == w and q for q, k in zip(case.query_lens, case.kv_lens))):
+        cut = r.attention(r.materialize(case.replace(sliding_window=w - 1)))
+        assert not torch.equal(want.num_visible, cut.num_visible)
+

@@ -57,5 +57,5 @@ def test_values_left_out_by_the_focus_are_marked_apart_not_called_blind_spots():
 
 
 def test_kernel_only_features_are_not_declared_without_kernel_cases():
-    assert "more_queries_than_keys" not in declarations(get("flex-paged"))["feature"]
+    assert "more_queries_than_keys" not in declarations(get("flex-decode-cuda"))["feature"]
     assert {"more_queries_than_keys", "paged_kernel"} <= set(declarations(get("fa4-paged"))["feature"])
