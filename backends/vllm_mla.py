@@ -28,7 +28,7 @@ import torch
 from reference.case import AttentionType, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
-from . import spellings
+from . import spellings, vllm_mla_repro
 from ._convert import cu_seqlens, tokens_first_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason, poisoned_output
 
@@ -48,6 +48,7 @@ MLA_CAPS = Capabilities(
 class VllmMLA(Backend):
     library = "vllm"
     module = "vllm.v1.attention.ops.triton_decode_attention"
+    repro_quantized = True  # fp8 e4m3 with one scale for the whole latent row (FlashMLA: and an fp8 query)
 
     def availability(self) -> str | None:
         return cuda_library_reason(self.module, "vllm")
@@ -93,6 +94,9 @@ class TritonMLA(VllmMLA):
     caps = replace(MLA_CAPS, max_query_len=1, min_query_len=1, min_kv_len=1,
                    encodings=(("num_kv_splits", ("vllm", "1", "3", "16")),))
 
+    def repro_kernel(self, case) -> str | None:
+        return vllm_mla_repro.triton_mla(case)
+
     def run(self, inputs: Inputs) -> Actual:
         return triton_mla_decode(inputs, inputs.cache.paged)
 
@@ -133,6 +137,9 @@ class FlashMLA(VllmMLA):
         if case.kv_cache_dtype.is_fp8 and case.cache.quant.q_fp8_scale is None:
             reasons.append("fp8 cache without an fp8 query: FLASHMLA quantizes the query with layer._q_scale")
         return reasons
+
+    def repro_kernel(self, case) -> str | None:
+        return vllm_mla_repro.flashmla(case)
 
     def run(self, inputs: Inputs) -> Actual:
         from vllm.v1.attention.ops import flashmla
@@ -182,6 +189,9 @@ class FlashAttnMLA(VllmMLA):
         # output: the returned tensor (FLASH_ATTN_MLA's call) or a given `out=` buffer (the signature's option)
         encodings=(("num_splits", ("0", "1", "3")), ("scheduler", ("jit", "aot")), ("output", ("returned", "out"))))
 
+    def repro_kernel(self, case) -> str | None:
+        return vllm_mla_repro.fa3_mla(case)
+
     def run(self, inputs: Inputs) -> Actual:
         from vllm.vllm_flash_attn import flash_attn_varlen_func, get_scheduler_metadata
 
@@ -223,6 +233,10 @@ class MLAWritesCache(VllmMLA):
     description = "vLLM concat_and_cache_mla then decode_attention_fwd(is_mla=True); the written cache compared bit for bit"
     compiled_per = TritonMLA.compiled_per
     caps = replace(TritonMLA.caps, writes_cache=True)
+
+    def repro_kernel(self, case) -> str | None:
+        # the Triton decode over the cache the script writes in plain torch: the writer's bytes attnref compares itself
+        return vllm_mla_repro.triton_mla(case)
 
     def run(self, inputs: Inputs) -> Actual:
         from vllm import _custom_ops as ops

@@ -146,3 +146,17 @@ def test_a_whole_backend_script_hands_vllm_s_writer_the_unquantized_keys(kvd):
     assert all(torch.equal(a, b) for a, b in zip(got[1], ks)) and all(torch.equal(a, b) for a, b in zip(got[2], vs))
     assert all(torch.equal(a, b) for a, b in zip(got[3], k_scales)) and all(torch.equal(a, b) for a, b in zip(got[4], v_scales))
     assert ns["CACHE_DTYPE"] == kvd.value
+
+
+@pytest.mark.parametrize("name", ["vllm-triton-mla", "vllm-flashmla", "vllm-fa3-mla", "vllm-mla-writes-cache"])
+def test_an_mla_script_s_reference_is_the_oracle_over_the_latent_cache(name):
+    """vLLM's MLA templates: the latent rows as keys, their first D_V dims as values, fp8 with one scale (and
+    FlashMLA's fp8 query): the script's float64 reference equals the oracle on each backend's declaration."""
+    backend = get(name)
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(cases(backend.caps, Limits(max_sequences=2, max_context=40, max_query=4)))
+    def check(case):
+        assert_script_reference_is_the_oracle(case, name)
+
+    check()
