@@ -152,10 +152,10 @@ class FlashMLA(VllmMLA):
         table = inputs.block_table.to(dev, torch.int32)
         k_cache = inputs.cache.paged.key_view()  # [blocks, 64, 1, 576]
         causal = case.is_causal
+        calls = 2 if case.encoding("sched_meta", "fresh") == "reused" else 1  # the second call reuses the plan
         if case.kv_cache_dtype.is_fp8:
             q = inputs.query_fp8.to(dev).reshape(b, s_q, h, case.head_size)
             tile, splits = flashmla.get_mla_metadata_dense_fp8(seqlens, s_q * h, 1)
-            calls = 2 if case.encoding("sched_meta", "fresh") == "reused" else 1
             for _ in range(calls):
                 out, lse = flashmla.flash_mla_with_kvcache_fp8(
                     q, k_cache, table, seqlens, case.value_size, tile, splits, causal=causal,
@@ -164,7 +164,6 @@ class FlashMLA(VllmMLA):
         else:
             q = inputs.query.reshape(b, s_q, h, case.head_size)
             meta, _ = flashmla.get_mla_metadata()
-            calls = 2 if case.encoding("sched_meta", "fresh") == "reused" else 1
             for _ in range(calls):
                 out, lse = flashmla.flash_mla_with_kvcache(q, k_cache, table, seqlens, case.value_size, meta,
                                                            causal=causal, **spellings.scale_kwargs(case))
@@ -212,16 +211,15 @@ class FlashAttnMLA(VllmMLA):
                 num_heads_q=case.num_heads, num_heads_kv=1, headdim=case.head_size - rank, cache_seqlens=seqused,
                 qkv_dtype=inputs.query.dtype, headdim_v=rank, page_size=case.cache.block_size, cu_seqlens_q=cu_q,
                 causal=case.is_causal, num_splits=kw["num_splits"])
-        if case.encoding("output", "returned") == "out":
-            buffer = poisoned_output(inputs)
-            _, lse = flash_attn_varlen_func(q=q_pe, k=latent[..., rank:], v=latent[..., :rank], q_v=q_v,
-                                            out=buffer[: case.num_tokens], **kw)
-            lse, notes = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")
-            return Actual(output=buffer[: case.num_tokens], lse=lse, output_buffer=buffer,
-                          buffer_rows=case.num_tokens, notes=notes)
+        n = case.num_tokens
+        buffer = poisoned_output(inputs) if case.encoding("output", "returned") == "out" else None
+        if buffer is not None:
+            kw["out"] = buffer[:n]
         out, lse = flash_attn_varlen_func(q=q_pe, k=latent[..., rank:], v=latent[..., :rank], q_v=q_v, **kw)
-        lse, notes = tokens_first_lse(lse, case.num_tokens, case.num_heads, documented="HT")
-        return Actual(output=out, lse=lse, notes=notes)
+        lse, notes = tokens_first_lse(lse, n, case.num_heads, documented="HT")
+        if buffer is None:
+            return Actual(output=out, lse=lse, notes=notes)
+        return Actual(output=buffer[:n], lse=lse, output_buffer=buffer, buffer_rows=n, notes=notes)
 
 
 class MLAWritesCache(VllmMLA):
