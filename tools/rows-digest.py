@@ -15,7 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from campaign.store import read_rows  # noqa: E402
 
 KEEP = ("backend", "phase", "verdict", "symptom", "symptoms", "features", "encodings", "bucket", "bucket_symptom",
-        "example_id", "t", "tier", "max_kv_len", "known_issue", "case_file", "merged_into", "kernel_s", "first_call_s")
+        "example_id", "t", "tier", "max_kv_len", "known_issue", "case_file", "merged_into", "kernel_s", "first_call_s",
+        # the shape of every row, passing ones too: a failure family's share of its shape (one head, dtype, ...) is
+        # what tells a kernel path from a tolerance
+        "dtype", "kv_cache_dtype", "attn_type", "num_heads", "num_kv_heads", "head_size", "max_query_len")
 
 
 def main(folder: str) -> None:
