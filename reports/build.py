@@ -14,6 +14,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from campaign.store import read_jsonl, read_rows
+from .compile_keys import built_over_time, compile_key_table, summary_lines
 
 FAILURES = ("mismatch", "nan", "contract", "crash", "timeout")
 VERDICTS = ("pass", "blind", "unsupported") + FAILURES
@@ -113,7 +114,8 @@ def load_probes(results: Path) -> list[dict]:
 
 
 def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], probes: list[dict] = (),
-                     buckets: list[dict] = (), blind_spots: pd.DataFrame | None = None) -> str:
+                     buckets: list[dict] = (), blind_spots: pd.DataFrame | None = None,
+                     compile_keys: pd.DataFrame | None = None) -> str:
     lines = ["# attnref results", "", "| backend | examples | pass | blind | fail | unsupported |", "|---|---|---|---|---|---|"]
     for backend, rows in generated(df).groupby("backend"):
         v = rows["verdict"]
@@ -128,6 +130,8 @@ def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], 
     if blind_spots is not None and not blind_spots.empty:
         lines += ["", f"## Declared but never drawn: {len(blind_spots)}", ""]
         lines += [f"- {r.backend}: {r.dimension} = {r.value}" for r in blind_spots.itertuples()]
+    if compile_keys is not None:
+        lines += summary_lines(compile_keys)
     off = [p for p in probes if p["verdict"] not in ("pass", "not_applicable")]
     if probes:
         lines += ["", f"## Convention probes: {len(probes) - len(off)} of {len(probes)} ran clean or did not apply", ""]
@@ -156,7 +160,8 @@ def bucket_table(rows: list[dict]) -> list[dict]:
 
 
 def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
-    """Write results.parquet/.csv, tolerance.csv, coverage.csv, junit.xml, summary.md and report/index.html."""
+    """Write results.parquet/.csv, tolerance.csv, coverage.csv, compile_keys.csv, junit.xml, summary.md and
+    report/index.html."""
     from .coverage import coverage_map, load_declarations, never_drawn
     from .figures import ratio_histograms
     from .pages import case_pages
@@ -175,11 +180,13 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
     tol.to_csv(results / "tolerance.csv", index=False)
     coverage = coverage_map(df, load_declarations(results))
     coverage.to_csv(results / "coverage.csv", index=False)
+    keys = compile_key_table(df)
+    keys.to_csv(results / "compile_keys.csv", index=False)
     (results / "junit.xml").write_text(junit_xml(df))
     pages = case_pages(results)
     probes = load_probes(results)
     buckets = bucket_table(rows)
-    (results / "summary.md").write_text(markdown_summary(df, tol, pages, probes, buckets, never_drawn(coverage)))
+    (results / "summary.md").write_text(markdown_summary(df, tol, pages, probes, buckets, never_drawn(coverage), keys))
 
     env = Environment(loader=PackageLoader("reports", "templates"), autoescape=select_autoescape(default=True))
     clusters = failure_clusters(df)
@@ -190,7 +197,7 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
         counts=counts.reset_index().to_dict("records") if not counts.empty else [],
         verdicts=[v for v in VERDICTS if v in counts.columns] if not counts.empty else [],
         tolerance=tol.to_dict("records"), tolerance_columns=list(tol.columns),
-        coverage=_coverage_grid(coverage), buckets=buckets,
+        coverage=_coverage_grid(coverage), compile_keys=built_over_time(keys), buckets=buckets,
         clusters=clusters.to_dict("records"), histogram=ratio_histograms(ratios), failures=pages,
         probes=probes)
     (out / "index.html").write_text(index)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pandas as pd
+
 from campaign.compiles import Backlog, CompileBudget
 from campaign.engine import CampaignConfig, run_campaign
 from campaign.scheduler import Scheduler
@@ -69,6 +71,18 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
     assert any(r.get("deferred") for r in rows), "no case waited: the test would prove nothing"
     assert all(r.get("compile_key") for r in rows)
     assert result.status == 0
+    # the report's compile-key table: every key that ran, each built by some worker's first call, the waits counted
+    from reports.build import build_report
+    from reports.compile_keys import built_over_time, compile_key_table
+
+    build_report(tmp_path / "out")
+    table = compile_key_table(pd.read_csv(tmp_path / "out" / "results.csv"))
+    assert table.equals(pd.read_csv(tmp_path / "out" / "compile_keys.csv"))
+    assert set(table["compile_key"]) == {r["compile_key"] for r in rows} and table["examples"].sum() == 60
+    assert table["deferred"].sum() == sum(bool(r.get("deferred")) for r in rows) > 0
+    assert table["built_s"].notna().all() and (table["built_s"] <= table["first_run_s"] + 1e-6).all()
+    (keys,) = built_over_time(table)
+    assert keys["built"] == keys["run"] == len(table) and "JIT compile keys" in (tmp_path / "out" / "summary.md").read_text()
 
 
 def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):
