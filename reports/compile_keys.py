@@ -15,15 +15,16 @@ COLUMNS = ["backend", "compile_key", "examples", "failed", "deferred", "first_ru
 
 def compile_key_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (backend, compile key) of the generated rows: examples run on it, failed, deferred (waited for
-    its build), seconds from the campaign's start to its first row and to its first build (NaN: no worker's first
-    call of the key has a row)."""
+    its build), seconds from the campaign's start to its first row and to its first build (a worker's first call of
+    the key that did not crash; NaN: none)."""
     if df.empty or "compile_key" not in df or "t" not in df:
         return pd.DataFrame(columns=COLUMNS)
     start = df["t"].min()
     g = df[(df["phase"].fillna("generate") == "generate") & df["compile_key"].notna()]
     out = []
     for (backend, key), rows in g.groupby(["backend", "compile_key"], sort=True):
-        built = rows[rows["first_of_key"].fillna(False).astype(bool)] if "first_of_key" in rows else rows.iloc[:0]
+        first = rows["first_of_key"].fillna(False).astype(bool) if "first_of_key" in rows else rows["t"].isna()
+        built = rows[first & (rows["verdict"] != "crash")]  # a first call that crashed built nothing
         deferred = int(rows["deferred"].fillna(False).astype(bool).sum()) if "deferred" in rows else 0
         out.append(dict(backend=backend, compile_key=key, examples=len(rows), failed=int(rows["verdict"].isin(FAILURES).sum()),
                         deferred=deferred, first_run_s=round(rows["t"].min() - start, 1),
@@ -37,7 +38,7 @@ def built_over_time(table: pd.DataFrame, marks: tuple[float, ...] = (60, 120, 30
     for backend, part in table.groupby("backend", sort=True):
         built = part["built_s"].dropna()
         last = max(part["first_run_s"].max(), built.max() if not built.empty else 0.0)
-        by = [(m, int((built <= m).sum())) for m in marks if m <= last] + [(last, len(built))]
+        by = [(m, int((built <= m).sum())) for m in marks if m < last] + [(last, len(built))]  # and at the end
         out.append(dict(backend=backend, run=len(part), built=len(built), by=by))
     return out
 
