@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-FAILURES = ("mismatch", "nan", "contract", "crash", "timeout")
+from .coverage import FAILURES
 COLUMNS = ["backend", "compile_key", "examples", "failed", "deferred", "first_run_s", "built_s"]
 
 
@@ -23,7 +23,8 @@ def compile_key_table(df: pd.DataFrame) -> pd.DataFrame:
     g = df[(df["phase"].fillna("generate") == "generate") & df["compile_key"].notna()]
     out = []
     for (backend, key), rows in g.groupby(["backend", "compile_key"], sort=True):
-        first = rows["first_of_key"].fillna(False).astype(bool) if "first_of_key" in rows else rows["t"].isna()
+        first = (rows["first_of_key"].fillna(False).astype(bool) if "first_of_key" in rows
+                 else pd.Series(False, index=rows.index))
         built = rows[first & (rows["verdict"] != "crash")]  # a first call that crashed built nothing
         deferred = int(rows["deferred"].fillna(False).astype(bool).sum()) if "deferred" in rows else 0
         out.append(dict(backend=backend, compile_key=key, examples=len(rows), failed=int(rows["verdict"].isin(FAILURES).sum()),
