@@ -189,6 +189,8 @@ class Capabilities:
         if q.kv_cache_dtype not in self.kv_cache_dtypes:
             out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} (declared: "
                        f"{sorted(x.value for x in self.kv_cache_dtypes)})")
+        if q.kv_cache_dtype.is_fp8 and self.fp8_query_only and q.q_fp8_scale is None:
+            out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} without an fp8 query (q_fp8_scale): declared fp8_query_only")
         if q.kv_cache_dtype.is_fp8 and self.fp8_model_dtypes is not None and case.dtype not in self.fp8_model_dtypes:
             out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} with dtype={case.dtype.value} (fp8 declared with: "
                        f"{sorted(d.value for d in self.fp8_model_dtypes)})")

@@ -31,8 +31,8 @@ from reference.inputs import Inputs
 from . import spellings, vllm_mla_repro
 from ._convert import cu_seqlens, tokens_first_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason, poisoned_output
+from .vllm import F16
 
-F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
 DEEPSEEK = (576, 512)  # kv_lora_rank 512 + rope 64: DeepSeek V2 / V3; FlashMLA's and FA3's only pair
 # decode_attention_fwd's MLA tiling has two fixed cases (576 -> 512 + 64, 288 -> 256 + 32) and a general
 # one (next powers of two of Lv and Lk - Lv): a pair of each, and pairs whose rope part is not a power of two
@@ -112,6 +112,7 @@ class FlashMLA(VllmMLA):
         # causal is a flag of the API (vLLM passes True): the raw region takes it off and q > k
         attn_types=frozenset({AttentionType.DECODER, AttentionType.KERNEL}),
         features=MLA_CAPS.features | {Feature.PAGED_KERNEL, Feature.MORE_QUERIES_THAN_KEYS, Feature.Q_FP8},
+        # fp8: FLASHMLA quantizes the query with layer._q_scale and passes its descale
         uniform_query_len=True, min_query_len=1, fp8_query_only=True,
         # the fp8 path returns bfloat16 for a float16 model too (tools/probe-mla.py on an H100)
         fp8_model_dtypes=frozenset({DType.BFLOAT16}),
@@ -131,12 +132,6 @@ class FlashMLA(VllmMLA):
             ok, why = is_flashmla_dense_supported()
             reason = None if ok else f"FlashMLA dense: {why}"
         return reason
-
-    def not_supported_reasons(self, case) -> list[str]:
-        reasons = super().not_supported_reasons(case)
-        if case.kv_cache_dtype.is_fp8 and case.cache.quant.q_fp8_scale is None:
-            reasons.append("fp8 cache without an fp8 query: FLASHMLA quantizes the query with layer._q_scale")
-        return reasons
 
     def repro_kernel(self, case) -> str | None:
         return vllm_mla_repro.flashmla(case)

@@ -6,10 +6,7 @@ from __future__ import annotations
 from reference.case import Case
 
 from . import spellings
-
-
-def _canary(case: Case) -> str:
-    return "30.0" if case.cache.finite_canaries else 'float("nan")'
+from .vllm_repro import canary
 
 
 def triton_mla(case: Case) -> str:
@@ -24,7 +21,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     from vllm.triton_utils import triton
     from vllm.v1.attention.ops.triton_decode_attention import decode_attention_fwd
 
-    pool, _, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={_canary(case)})  # [pages, bs, 1, D]
+    pool, _, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={canary(case)})  # [pages, bs, 1, D]
     splits = {count}
     out = torch.full((len(SEQS), H, D_V), float("nan"), dtype=DTYPE, device=DEVICE)
     lse = torch.full((len(SEQS), H), float("nan"), dtype=torch.float32, device=DEVICE)
@@ -46,7 +43,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     """DeepSeek's FlashMLA as vLLM ships it, over a latent cache of 64-token pages (unused slots: canaries)."""
     from vllm.v1.attention.ops import flashmla
 
-    pool, _, table, _, seq_lens = paged_cache(ks, vs, 64, fill={_canary(case)})  # [pages, 64, 1, 576]
+    pool, _, table, _, seq_lens = paged_cache(ks, vs, 64, fill={canary(case)})  # [pages, 64, 1, 576]
     b, s_q = len(SEQS), SEQS[0][0]  # the same query count in every sequence
     q = q.reshape(b, s_q, H, D)
     if k_scales is not None:  # fp8: query and cache in fp8 e4m3, one descale each
@@ -73,7 +70,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     """FA3 as vLLM ships it, with q_v, over a latent cache of {case.cache.block_size}-token pages (unused slots: canaries)."""
     from vllm.vllm_flash_attn import flash_attn_varlen_func, get_scheduler_metadata
 
-    pool, _, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={_canary(case)})  # [pages, bs, 1, D]
+    pool, _, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={canary(case)})  # [pages, bs, 1, D]
     kw = dict(max_seqlen_q=max(max(s[0] for s in SEQS), 1), cu_seqlens_q=cu_seqlens(0),
               max_seqlen_k=max(max(s[1] for s in SEQS), 1), seqused_k=seq_lens, block_table=table,
               softmax_scale=SCALE, causal=CAUSAL, return_softmax_lse=True, fa_version=3,

@@ -13,7 +13,8 @@ from . import spellings
 from .vllm import flash_window, triton_padded, window_omitted
 
 
-def _canary(case: Case) -> str:
+def canary(case: Case) -> str:
+    """The fill of a script's unused cache slots: the case's canary."""
     return "30.0" if case.cache.finite_canaries else 'float("nan")'
 
 
@@ -29,7 +30,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     from vllm.v1.attention.ops.triton_unified_attention import unified_attention
     from vllm.v1.kv_cache_interface import KVQuantMode, get_kv_quant_mode
 
-    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={_canary(case)})
+    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={canary(case)})
     kw = dict(q_descale=None, k_descale=None, v_descale=None)
 '''
     if kvd.is_fp8:
@@ -81,7 +82,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     """FA{version} as vLLM ships it, over a paged cache of {case.cache.block_size}-token pages (unused slots hold canaries)."""
     from vllm.vllm_flash_attn import flash_attn_varlen_func, get_scheduler_metadata
 
-    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={_canary(case)})
+    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={canary(case)})
     kw = dict(max_seqlen_q=max(max(s[0] for s in SEQS), 1), cu_seqlens_q=cu_seqlens(0),
               max_seqlen_k=max(max(s[1] for s in SEQS), 1), softmax_scale=SCALE, causal=CAUSAL, softcap=SOFT_CAP or 0.0,
               return_softmax_lse=True, fa_version={version}, num_splits={int(case.encoding("num_splits", "0"))},
@@ -148,7 +149,7 @@ def kernel(q, ks, vs):
     """vLLM's {name}: keys in the v0 paged cache ({case.cache.block_size}-token pages), new tokens also contiguous."""
     from vllm.v1.attention.ops.{module} import {name}
 
-    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={_canary(case)})
+    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={canary(case)})
     key_cache, value_cache = v0_cache(k_cache, v_cache)
     k_new = torch.cat([k[kv_len - q_len:] for k, (q_len, kv_len, _) in zip(ks, SEQS)])
     v_new = torch.cat([v[kv_len - q_len:] for v, (q_len, kv_len, _) in zip(vs, SEQS)])
@@ -168,7 +169,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     """vLLM's decode_attention_fwd over a paged cache of {case.cache.block_size}-token pages."""
     from vllm.v1.attention.ops.triton_decode_attention import decode_attention_fwd
 
-    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={_canary(case)})
+    k_cache, v_cache, table, _, seq_lens = paged_cache(ks, vs, {case.cache.block_size}, fill={canary(case)})
     splits = {int(case.encoding("num_kv_splits", "8"))}
     out = torch.full((q.shape[0], H, D_V), float("nan"), dtype=DTYPE, device=DEVICE)
     lse = torch.full((q.shape[0], H), float("nan"), dtype=torch.float32, device=DEVICE)

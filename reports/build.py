@@ -15,8 +15,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from campaign.store import read_jsonl, read_rows
 from .compile_keys import built_over_time, compile_key_table, summary_lines
-
-FAILURES = ("mismatch", "nan", "contract", "crash", "timeout")
+from .coverage import FAILURES
 VERDICTS = ("pass", "blind", "unsupported") + FAILURES
 
 
