@@ -26,7 +26,7 @@ from reference.inputs import Inputs
 
 from . import spellings
 from ._convert import alibi_context_term, first_call_note, lse_natural
-from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported, cuda_library_reason
+from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported, cuda_library_reason, poisoned_output
 
 LAYOUT = {KVLayout.FLASHINFER_NHD: "NHD", KVLayout.FLASHINFER_HND: "HND", KVLayout.FLASH_NHD: "NHD",
           KVLayout.FLASH_HND: "HND"}
@@ -69,6 +69,18 @@ def _window_left(case) -> int:
     return spellings.unbounded(case, spellings.MINUS_ONE) if left is None else left
 
 
+OUTPUT_ENCODINGS = ("output", ("returned", "out"))  # run(..., out=None, lse=None): returned, or the caller's buffers
+
+
+def output_buffers(inputs: Inputs) -> dict:
+    """run()'s out= / lse= when the case spells the output as the caller's buffers (NaN until written)."""
+    case = inputs.case
+    if case.encoding("output", "returned") != "out":
+        return {}
+    return dict(out=poisoned_output(inputs, extra_rows=0),
+                lse=torch.full((case.num_tokens, case.num_heads), float("nan"), device=inputs.device))
+
+
 def paged_kv(inputs: Inputs):
     pool = inputs.cache.paged
     if pool.layout in (KVLayout.FLASHINFER_NHD, KVLayout.FLASHINFER_HND):
@@ -108,7 +120,7 @@ class FlashInfer(Backend):
             # plan(..., window_left: int = -1, sm_scale: Optional[float] = None): an unbounded window is -1 or any
             # window_left past the keys (a different, windowed, module); the default scale passed or left out
             encodings=(spellings.window_encodings((spellings.MINUS_ONE, spellings.EDGE, spellings.BEYOND)),
-                       spellings.SCALE_ENCODINGS),
+                       spellings.SCALE_ENCODINGS, OUTPUT_ENCODINGS),
             # FlashInfer's bias is slope * (k - q) (signed); equal to symmetric under its causal decoder mask.
             alibi_conventions=frozenset({AlibiConvention.SIGNED}), alibi_standard_slopes=True,
             # Decoders only: in cross attention FlashInfer places queries bottom-right, a per-row offset the
@@ -148,7 +160,7 @@ class FlashInfer(Backend):
             wrapper.plan(inputs.query_start_loc, indptr, indices, last, case.num_heads, case.num_kv_heads,
                          case.head_size, case.cache.block_size, head_dim_vo=case.value_size,
                          causal=case.is_causal, **common)
-        run = dict(return_lse=True)
+        run = dict(return_lse=True, **output_buffers(inputs))
         if kvd in FP8:
             run.update(k_scale=float(inputs.cache.k_scale[0]), v_scale=float(inputs.cache.v_scale[0]))
         if inputs.sinks is not None:
@@ -190,6 +202,9 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     w = {make[0]}
     {make[1]}
     kw = dict(return_lse=True)
+    if {case.encoding("output", "returned") == "out"}:  # the caller's output and LSE buffers, NaN until written
+        kw |= dict(out=torch.full((q.shape[0], H, D_V), float("nan"), dtype=DTYPE, device=DEVICE),
+                   lse=torch.full((q.shape[0], H), float("nan"), device=DEVICE))
     if k_scales is not None:  # fp8 cache: per-tensor dequantization scales
         kw.update(k_scale=float(k_scales[0].reshape(-1)[0]), v_scale=float(v_scales[0].reshape(-1)[0]))
     if SINKS is not None:
@@ -287,7 +302,13 @@ class FlashInferMLA(Backend):
             attn_types=frozenset({AttentionType.DECODER}),
             features=frozenset({Feature.MQA, Feature.CONTEXT, Feature.HEAD_SIZE_V}),
             kv_layouts=frozenset({KVLayout.MLA_LATENT}), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}),
-            block_sizes=(1, 16, 32, 64), lse_base=LseBase.TWO, requires_cache=True, reads_paged_cache=True)
+            block_sizes=(1, 16, 32, 64), lse_base=LseBase.TWO, requires_cache=True, reads_paged_cache=True,
+            # plan(..., query_layout, kv_cache_layout: "packed" | "split", lse_mode: "base2" | "basee") and
+            # run(query=, kv_cache=, out=, lse=, return_lse_base_on_e=) (flashinfer/mla/_batch_mla/_wrapper.py):
+            # the latent and rope parts as one tensor or as an independent pair, the LSE in base 2 or e, the
+            # output returned or written into the caller's buffers
+            encodings=(("query_layout", ("packed", "split")), ("kv_cache_layout", ("packed", "split")),
+                       ("lse_mode", ("base2", "basee")), OUTPUT_ENCODINGS))
 
     def availability(self) -> str | None:
         reason = cuda_library_reason("flashinfer.mla", "flashinfer-python")
@@ -313,13 +334,16 @@ class FlashInferMLA(Backend):
                                    kv_indices=indices, kv_len_arr=inputs.seq_lens.to(dev, torch.int32))
         fp8 = case.kv_cache_dtype == KVCacheDType.FP8_E4M3
         pool = inputs.cache.paged.tensors[0]
+        layouts = dict(query_layout=case.encoding("query_layout", "packed"),
+                       kv_cache_layout=case.encoding("kv_cache_layout", "packed"))
+        base_e = case.encoding("lse_mode", "base2") == "basee"
         wrapper = BatchMLAPagedAttentionWrapper(_workspace(dev), backend=self.option)
         t0 = time.perf_counter()
         try:
             wrapper.plan(metadata=meta, num_heads=case.num_heads, head_dim_ckv=rank, head_dim_kpe=rope,
                          page_size=case.cache.block_size, causal=True, sm_scale=case.softmax_scale,
-                         q_data_type=case.dtype.torch, kv_data_type=pool.dtype, lse_mode="base2",
-                         scale_mode="kv-per-tensor" if fp8 else "default")
+                         q_data_type=case.dtype.torch, kv_data_type=pool.dtype, lse_mode="basee" if base_e else "base2",
+                         scale_mode="kv-per-tensor" if fp8 else "default", **layouts)
         except Exception as e:
             # plan() refuses batches where its native scheduler (ceil) and kernel (floor) disagree on a causal
             # KV tile and a visible key would be lost (_validate_fa_causal_tile_bound): FlashInfer's own guard,
@@ -328,17 +352,27 @@ class FlashInferMLA(Backend):
             if type(e).__name__ == "_BackendPlanUnsupportedError":
                 raise Unsupported(str(e)) from e
             raise
-        scales = {}
+        kw = {}
         if fp8:
             s = float(inputs.cache.k_scale[0])
-            scales = dict(ckv_scale=s, kpe_scale=s)
-        out, lse = wrapper.run(query=inputs.query, kv_cache=pool, return_lse=True, **scales)
+            kw = dict(ckv_scale=s, kpe_scale=s)
+        kw |= output_buffers(inputs)
+        query, kv = inputs.query, pool
+        if layouts["query_layout"] == "split":  # independent tensors (adjacent views would be taken as packed)
+            query = (query[..., :rank].contiguous(), query[..., rank:].contiguous())
+        if layouts["kv_cache_layout"] == "split":
+            kv = (pool[..., :rank].contiguous(), pool[..., rank:].contiguous())
+        out, lse = wrapper.run(query=query, kv_cache=kv, return_lse=True, return_lse_base_on_e=base_e, **kw)
         key = (self.name, case.dtype, case.head_size, case.value_size, fp8, case.num_heads)
-        return Actual(output=out, lse=lse_natural(lse, base_two=True), notes=first_call_note(_SEEN, key, t0))
+        return Actual(output=out, lse=lse_natural(lse, base_two=not base_e), notes=first_call_note(_SEEN, key, t0))
 
     repro_quantized = True  # fp8 e4m3 per tensor: one scale for the latent and rope parts
 
     def repro_kernel(self, case) -> str | None:
+        qsplit = case.encoding("query_layout", "packed") == "split"
+        kvsplit = case.encoding("kv_cache_layout", "packed") == "split"
+        base_e = case.encoding("lse_mode", "base2") == "basee"
+        buffers = case.encoding("output", "returned") == "out"
         return f'''
 def kernel(q, ks, vs, k_scales=None, v_scales=None):
     from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
@@ -353,14 +387,20 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     workspace = torch.zeros(256 << 20, dtype=torch.uint8, device=DEVICE)
     w = BatchMLAPagedAttentionWrapper(workspace, backend="{self.option}")
     w.plan(metadata=meta, num_heads=H, head_dim_ckv=D_V, head_dim_kpe=D - D_V, page_size=bs, causal=True,
-           sm_scale=SCALE, q_data_type=DTYPE, kv_data_type=pool.dtype, lse_mode="base2",
-           scale_mode="kv-per-tensor" if fp8 else "default")
-    scales = {{}}
+           sm_scale=SCALE, q_data_type=DTYPE, kv_data_type=pool.dtype, lse_mode="{"basee" if base_e else "base2"}",
+           scale_mode="kv-per-tensor" if fp8 else "default",
+           query_layout="{"split" if qsplit else "packed"}", kv_cache_layout="{"split" if kvsplit else "packed"}")
+    kw = {{}}
     if fp8:
         s = float(k_scales[0].reshape(-1)[0])
-        scales = dict(ckv_scale=s, kpe_scale=s)
-    out, lse = w.run(query=q, kv_cache=pool, return_lse=True, **scales)
-    return out, lse.float() * math.log(2)  # base-2 LSE
+        kw = dict(ckv_scale=s, kpe_scale=s)
+    if {buffers}:  # the caller's output and LSE buffers, NaN where nothing is written
+        kw |= dict(out=torch.full((q.shape[0], H, D_V), float("nan"), dtype=DTYPE, device=DEVICE),
+                   lse=torch.full((q.shape[0], H), float("nan"), device=DEVICE))
+    query = (q[..., :D_V].contiguous(), q[..., D_V:].contiguous()) if {qsplit} else q  # independent halves
+    kv = (pool[..., :D_V].contiguous(), pool[..., D_V:].contiguous()) if {kvsplit} else pool
+    out, lse = w.run(query=query, kv_cache=kv, return_lse=True, return_lse_base_on_e={base_e}, **kw)
+    return out, lse.float() * ({1.0 if base_e else "math.log(2)"})  # the LSE in base {"e" if base_e else "2"}
 '''
 
 

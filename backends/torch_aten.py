@@ -146,7 +146,9 @@ CUDNN_CAPS = Capabilities(
                           AttentionType.ENCODER_DECODER, AttentionType.KERNEL}),
     # cuDNN's causal mask is aligned top-left: a decoder's cached context would need bottom-right.
     features=frozenset({Feature.GQA, Feature.MQA, Feature.MORE_QUERIES_THAN_KEYS}),
-    causal_alignments=frozenset({CausalAlignment.TOP_LEFT}), lse_base=LseBase.E)
+    causal_alignments=frozenset({CausalAlignment.TOP_LEFT}), lse_base=LseBase.E,
+    # both ops' schemas end in `*, float? scale=None`: the default scale passed or left out
+    encodings=(spellings.SCALE_ENCODINGS,))
 
 
 class AtenCudnn(Backend):
@@ -178,7 +180,7 @@ class AtenCudnn(Backend):
             k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
             out, lse = op(inputs.query, k, v, None, cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev),
                           max(case.max_query_len, 1), max(case.max_kv_len, 1), True, 0.0, case.is_causal, False,
-                          scale=case.softmax_scale)[:2]
+                          **spellings.scale_kwargs(case, "scale"))[:2]
             if lse is None or not lse.numel():
                 # Seen on the H100: with no key in the whole batch the op skips the kernel (0-element
                 # K/V) and returns no LSE; the output is whatever the allocator held.
@@ -192,7 +194,7 @@ class AtenCudnn(Backend):
                 return q.new_empty(case.num_heads, 0, case.value_size), q.new_empty(case.num_heads, 0)
             k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
             out, lse = op(q[None], k[None], v[None], None, True, 0.0, case.is_causal, False,
-                          scale=case.softmax_scale)[:2]
+                          **spellings.scale_kwargs(case, "scale"))[:2]
             return out[0], lse.reshape(case.num_heads, q.shape[1])
 
         out, lse = per_sequence(inputs, one)

@@ -1,10 +1,12 @@
 """xformers' fmha operators, one backend per operator, each through its own attention-bias objects.
 
 - `xformers-cutlass` (cutlassF-pt, torch's memory-efficient kernel) and `xformers-fa2` (fa2F-pt,
-  torch's flash kernel): packed sequences with BlockDiagonal(CausalFromBottomRight|...)Mask,
-  windows with the *LocalAttentionFromBottomRight* masks, contiguous K/V;
+  torch's flash kernel): packed sequences with the block-diagonal masks, causal from the top left or the
+  bottom right, local windows, and fa2's two-sided LocalAttentionFromBottomRightMask per sequence
+  (`backends.xformers_masks`: the raw region as the API takes it), contiguous K/V;
 - `xformers-triton-splitk` (triton_splitKF): the paged cache itself (flash_nhd key/value views as
-  [1, num_blocks * block_size, H_kv, D]) with PagedBlockDiagonal(CausalWithOffset)PaddedKeysMask.
+  [1, num_blocks * block_size, H_kv, D]) with PagedBlockDiagonal(CausalWithOffset)PaddedKeysMask, causal
+  (bottom-right) or not.
 GQA uses xformers' 5-D BMGHK form. LSE comes from the partial / requires-grad entry points.
 
 xformers 0.0.35's C++ extension targets torch 2.10; where it does not load, every operator refuses
@@ -26,9 +28,11 @@ import torch
 from reference.case import AttentionType, DType, KVLayout
 from reference.inputs import Inputs
 
-from . import spellings
+from reference.case import CausalAlignment
+
+from . import spellings, xformers_masks
 from ._convert import unpack_varlen_lse
-from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
+from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported, cuda_library_reason
 
 FORCE_ENV = "ATTNREF_XFORMERS_FORCE_CUDA_FLAG"
 OPS = {"xformers-cutlass": ("cutlass", "FwOp"), "xformers-fa2": ("flash", "FwOp"),
@@ -52,14 +56,17 @@ class XformersOp(Backend):
         self.paged = name == "xformers-triton-splitk"
         module, _ = OPS[name]
         self.description = f"xformers.ops.fmha.{module}.FwOp" + (" over the paged cache" if self.paged else " packed")
-        features = {Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT}
+        features = {Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS}
         if name == "xformers-cutlass":
             features.add(Feature.HEAD_SIZE_V)
         if self.paged:  # split-K is a Triton kernel: a compile per dtype and head size
             self.compiled_per = ("dtypes", "head_sizes")
             self.caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
-                                     head_sizes=(64, 128, 256), features=frozenset(features - {Feature.WINDOW}),
-                                     attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER}),
+                                     head_sizes=(64, 128, 256),
+                                     features=frozenset(features - {Feature.WINDOW} | {Feature.PAGED_KERNEL}),
+                                     # the raw region: the paged masks with or without the causal offset
+                                     attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER_DECODER,
+                                                           AttentionType.KERNEL}),
                                      kv_layouts=frozenset({KVLayout.FLASH_NHD}), block_sizes=(64, 128, 256),
                                      # Found by fuzzing: "Variable query len is not supported for causal masks".
                                      max_query_len=16, uniform_query_len=True, requires_cache=True, reads_paged_cache=True,
@@ -69,10 +76,19 @@ class XformersOp(Backend):
             dtypes = {DType.FLOAT16, DType.BFLOAT16} | ({DType.FLOAT32} if name == "xformers-cutlass" else set())
             self.caps = Capabilities(devices=frozenset({"cuda"}), dtypes=frozenset(dtypes),
                                      head_sizes=(32, 64, 96, 128, 256), features=frozenset(features),
-                                     attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER}),
-                                     lse_base=LseBase.E,
-                                     # memory_efficient_attention(..., scale: Optional[float] = None)
-                                     encodings=(spellings.SCALE_ENCODINGS,))
+                                     attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER,
+                                                           AttentionType.KERNEL}),
+                                     causal_alignments=frozenset(CausalAlignment), lse_base=LseBase.E,
+                                     # memory_efficient_attention(..., scale: Optional[float] = None); an
+                                     # unbounded side as no mask, or a window W or sides reaching the edge / beyond
+                                     encodings=(spellings.SCALE_ENCODINGS, spellings.window_encodings(
+                                         (spellings.NONE, spellings.EDGE, spellings.BEYOND))))
+
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        if not self.paged:
+            reasons += xformers_masks.refusals(case, OPS[self.name][0])
+        return reasons
 
     def _op(self):
         module, attr = OPS[self.name]
@@ -104,26 +120,43 @@ class XformersOp(Backend):
         from xformers.ops.fmha import attn_bias as ab
 
         case = inputs.case
-        causal = case.attn_type == AttentionType.DECODER
+        causal = case.is_causal
         if self.paged:
             cls = ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if causal else ab.PagedBlockDiagonalPaddedKeysMask
             return cls.from_seqlens(q_seqlen=case.query_lens, kv_seqlen=case.kv_lens, block_tables=inputs.block_table,
                                     page_size=case.cache.block_size, device=inputs.query.device)
-        if causal:
-            bias = ab.BlockDiagonalCausalFromBottomRightMask.from_seqlens(case.query_lens, case.kv_lens,
-                                                                           device=inputs.query.device)
-            if case.sliding_window is not None:
-                bias = bias.make_local_attention_from_bottomright(case.sliding_window)
-            return bias
+        return xformers_masks.build(xformers_masks.plan(case), case.query_lens, case.kv_lens, inputs.query.device)
         bias = ab.BlockDiagonalMask.from_seqlens(case.query_lens, case.kv_lens, device=inputs.query.device)
         if case.sliding_window is not None:  # attn_type=encoder: vLLM's (W-1, 0) window
             bias = bias.make_local_attention_from_bottomright(case.sliding_window)
         return bias
 
-    def run(self, inputs: Inputs) -> Actual:
+    def _call(self, q, k, v, bias, case):
+        """One operator call: [1, M, G, H/G, D] in, (out, LSE) back; xformers' refusals are Unsupported."""
         fmha = _fmha()
+        op = self._op()
+        per = case.num_heads // case.num_kv_heads
+        k, v = k.expand(-1, -1, -1, per, -1), v.expand(-1, -1, -1, per, -1)
+        entry = fmha.memory_efficient_attention_partial if getattr(op, "SUPPORTS_PARTIAL", False) \
+            else fmha.memory_efficient_attention_forward_requires_grad
+        try:
+            return entry(q, k, v, attn_bias=bias, op=op, **spellings.scale_kwargs(case, "scale"))
+        except ValueError as e:  # _ensure_op_supports_or_raise: "Operator ... does not support inputs"
+            if "does not support" in str(e):
+                raise Unsupported(f"xformers: {e}") from e
+            raise
+
+    def _mask(self, inputs: Inputs):
+        try:
+            return self._bias(inputs)
+        except (ValueError, RuntimeError) as e:  # the masks' own checks (__post_init__)
+            raise Unsupported(f"xformers attn_bias refused: {e}") from e
+
+    def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
         g, per = case.num_kv_heads, case.num_heads // case.num_kv_heads
+        if not self.paged and xformers_masks.plan(case).per_sequence:
+            return self._run_per_sequence(inputs)
         q = inputs.query.reshape(1, case.num_tokens, g, per, case.head_size)
         if self.paged:
             pool = inputs.cache.paged
@@ -132,42 +165,75 @@ class XformersOp(Backend):
         else:
             k = torch.cat(inputs.keys)[None, :, :, None]
             v = torch.cat(inputs.values)[None, :, :, None]
-        k, v = k.expand(-1, -1, -1, per, -1), v.expand(-1, -1, -1, per, -1)
-        op = self._op()
-        bias = self._bias(inputs)
-        if getattr(op, "SUPPORTS_PARTIAL", False):
-            out, lse = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, op=op,
-                                                               **spellings.scale_kwargs(case, "scale"))
-        else:
-            out, lse = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias,
-                                                                              **spellings.scale_kwargs(case, "scale"), op=op)
+        out, lse = self._call(q, k, v, self._mask(inputs), case)
         out = out.reshape(case.num_tokens, case.num_heads, case.value_size)
         notes = {"lse_shape": list(lse.shape)}
         # [B, G, H/G, M] per sequence (rows padded) or [1, G, H/G, >= total] packed: found by fuzzing.
         lse = unpack_varlen_lse(lse.reshape(lse.shape[0], case.num_heads, -1), case.query_lens)
         return Actual(output=out.to(case.dtype.torch), lse=lse, notes=notes)
 
+    def _run_per_sequence(self, inputs: Inputs) -> Actual:
+        """A two-sided window: LocalAttentionFromBottomRightMask is dense ([B, M, ...], no block diagonal), so each
+        sequence is its own call; sequences without queries are not launched."""
+        from xformers.ops.fmha import attn_bias as ab
+
+        case = inputs.case
+        g, per = case.num_kv_heads, case.num_heads // case.num_kv_heads
+        left, right = xformers_masks.plan(case).sides
+        try:
+            bias = ab.LocalAttentionFromBottomRightMask(window_left=left, window_right=right)
+        except ValueError as e:
+            raise Unsupported(f"xformers attn_bias refused: {e}") from e
+        outs, lses = [], []
+        for i, s in enumerate(case.sequences):
+            if not s.query_len:
+                continue
+            a = int(inputs.query_start_loc[i])
+            q = inputs.query[a:a + s.query_len].reshape(1, s.query_len, g, per, case.head_size)
+            out, lse = self._call(q, inputs.keys[i][None, :, :, None], inputs.values[i][None, :, :, None], bias, case)
+            outs.append(out.reshape(s.query_len, case.num_heads, case.value_size))
+            lses.append(unpack_varlen_lse(lse.reshape(1, case.num_heads, -1), [s.query_len]))
+        return Actual(output=torch.cat(outs).to(case.dtype.torch), lse=torch.cat(lses),
+                      notes={"calls": "per sequence (LocalAttentionFromBottomRightMask)"})
 
     def repro_kernel(self, case) -> str | None:
         module, attr = OPS[self.name]
-        causal = case.attn_type == AttentionType.DECODER
         scale = ", scale=SCALE" if spellings.scale_kwargs(case, "scale") else ""
         force = (f"    common._built_with_cuda = True  # xformers' C++ extension may target another torch; split-K "
                  f"needs only Triton ({FORCE_ENV})\n") if self.paged else ""
+        plan = xformers_masks.plan(case)
+        call = f'''    k, v = k.expand(-1, -1, -1, GROUP, -1), v.expand(-1, -1, -1, GROUP, -1)
+    if getattr(op, "SUPPORTS_PARTIAL", False):
+        out, _ = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, op=op{scale})
+    else:
+        out, _ = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias, op=op{scale})
+'''
         if self.paged:
-            cls = "PagedBlockDiagonalCausalWithOffsetPaddedKeysMask" if causal else "PagedBlockDiagonalPaddedKeysMask"
-            keys = f'''    k_cache, v_cache, table, _, _ = paged_cache(ks, vs, {case.cache.block_size}, fill=30.0)  # finite filler
+            cls = "PagedBlockDiagonalCausalWithOffsetPaddedKeysMask" if case.is_causal else "PagedBlockDiagonalPaddedKeysMask"
+            body = f'''    q = q.reshape(1, -1, H_KV, GROUP, D)
+    k_cache, v_cache, table, _, _ = paged_cache(ks, vs, {case.cache.block_size}, fill=30.0)  # finite filler
     k, v = k_cache.reshape(1, -1, H_KV, 1, D), v_cache.reshape(1, -1, H_KV, 1, D_V)
     bias = ab.{cls}.from_seqlens(q_seqlen=[s[0] for s in SEQS], kv_seqlen=[s[1] for s in SEQS], block_tables=table,
                                  page_size={case.cache.block_size}, device=DEVICE)
+{call}'''
+        elif plan.per_sequence:  # a dense two-sided window mask: one call per sequence
+            indented = "".join("    " + line + "\n" for line in call.splitlines())
+            body = f'''    bias = ab.LocalAttentionFromBottomRightMask(window_left={plan.sides[0]}, window_right={plan.sides[1]})
+    outs, start = [], 0
+    for (q_len, _, _), k, v in zip(SEQS, ks, vs):
+        if not q_len:
+            continue
+        q_i = q[start:start + q_len].reshape(1, q_len, H_KV, GROUP, D)
+        start += q_len
+        k, v = k[None, :, :, None], v[None, :, :, None]
+{indented.replace("(q, k, v,", "(q_i, k, v,")}        outs.append(out.reshape(q_len, H, D_V))
+    out = torch.cat(outs)
 '''
         else:
-            cls = "BlockDiagonalCausalFromBottomRightMask" if causal else "BlockDiagonalMask"
-            local = (f"\n    bias = bias.make_local_attention_from_bottomright({case.sliding_window})"
-                     if case.sliding_window is not None else "")
-            keys = f'''    k, v = torch.cat(ks)[None, :, :, None], torch.cat(vs)[None, :, :, None]
-    bias = ab.{cls}.from_seqlens([s[0] for s in SEQS], [s[1] for s in SEQS], device=DEVICE){local}
-'''
+            body = f'''    q = q.reshape(1, -1, H_KV, GROUP, D)
+    k, v = torch.cat(ks)[None, :, :, None], torch.cat(vs)[None, :, :, None]
+    bias = {xformers_masks.source(plan)}
+{call}'''
         return f'''
 def kernel(q, ks, vs):
     """xformers.ops.fmha.{module}.{attr}: query heads grouped [1, tokens, H_KV, GROUP, D], keys expanded per group."""
@@ -176,13 +242,7 @@ def kernel(q, ks, vs):
     from xformers.ops.fmha import attn_bias as ab
 
 {force}    op = fmha.{module}.{attr}
-    q = q.reshape(1, -1, H_KV, GROUP, D)
-{keys}    k, v = k.expand(-1, -1, -1, GROUP, -1), v.expand(-1, -1, -1, GROUP, -1)
-    if getattr(op, "SUPPORTS_PARTIAL", False):
-        out, _ = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, op=op{scale})
-    else:
-        out, _ = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias, op=op{scale})
-    return out.reshape(-1, H, D_V).to(DTYPE), None  # the LSE's layout varies by operator: attnref unpacks it
+{body}    return out.reshape(-1, H, D_V).to(DTYPE), None  # the LSE's layout varies by operator: attnref unpacks it
 '''
 
 

@@ -27,9 +27,15 @@ class _Recorder:
 
     def run(self, *args, **kwargs):
         _Recorder.calls.append({"plan": self.planned, "layout": self.layout, "run_args": args, **kwargs})
-        q = kwargs.get("query", args[0] if args else None)
+        q = _joined(kwargs.get("query", args[0] if args else None))
         out = torch.zeros(q.shape[0], q.shape[1], self.planned.get("head_dim_ckv", q.shape[-1]))
+        out = kwargs["out"].zero_() if kwargs.get("out") is not None else out
         return (out, torch.zeros(q.shape[0], q.shape[1])) if kwargs.get("return_lse") else out
+
+
+def _joined(x):
+    """A split (no-PE, PE) pair as the packed tensor it stands for."""
+    return torch.cat(x, dim=-1) if isinstance(x, tuple) else x
 
 
 def _fake_flashinfer(monkeypatch) -> None:
@@ -104,11 +110,17 @@ def test_mla_script_reads_the_adapter_s_latents_with_its_scales(monkeypatch):
             lens = meta_a["kv_len_arr"]
             # MLA's metadata carries key counts, not last-page counts
             last = [n - (-(-n // bs) - 1) * bs if n else 0 for n in lens.tolist()]
-            read_a = _keys(adapter["kv_cache"], "NHD", meta_a["kv_indptr"], meta_a["kv_indices"], last, bs)
-            read_s = _keys(script["kv_cache"], "NHD", meta_s["kv_indptr"], meta_s["kv_indices"], last, bs)
+            read_a = _keys(_joined(adapter["kv_cache"]), "NHD", meta_a["kv_indptr"], meta_a["kv_indices"], last, bs)
+            read_s = _keys(_joined(script["kv_cache"]), "NHD", meta_s["kv_indptr"], meta_s["kv_indices"], last, bs)
             assert _same(read_a, read_s), case
-            assert torch.equal(adapter["query"].float(), script["query"].float())
-            assert {k: adapter.get(k) for k in ("ckv_scale", "kpe_scale")} == {k: script.get(k) for k in ("ckv_scale", "kpe_scale")}
+            assert torch.equal(_joined(adapter["query"]).float(), _joined(script["query"]).float())
+            for arg in ("query", "kv_cache"):  # each spelled as the case says, in both
+                assert isinstance(adapter[arg], tuple) == isinstance(script[arg], tuple) == (
+                    case.encoding(f"{arg}_layout", "packed") == "split"), (arg, case.encodings)
+            same = ("ckv_scale", "kpe_scale", "return_lse_base_on_e")
+            assert {k: adapter.get(k) for k in same} == {k: script.get(k) for k in same}
+            assert (adapter.get("out") is None) == (script.get("out") is None) == (
+                case.encoding("output", "returned") == "returned")
 
 
 @pytest.mark.parametrize("name", ["flashinfer-cascade", "flashinfer-mla-fa2", "torch-varlen"])
