@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from reference.case import Case, KVCacheDType
 from reference.int4 import SIGN_SEED
-from reference.quant import FP8_MAX, K_RANGE, TOKEN_HEAD_MAX, TOKEN_HEAD_MIN_SCALE, V_RANGE
+from reference.quant import FP8_MAX, K_RANGE, Q_RANGE, TOKEN_HEAD_MAX, TOKEN_HEAD_MIN_SCALE, V_RANGE
 
 # The int8 fork's modes (per-channel value scales, a per-block key scale cache) stay with `attnref replay`.
 WRITTEN_DTYPES = ("auto", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_token_head",
@@ -131,8 +131,12 @@ def storage(case: Case) -> str:
     if not quantized(case):
         return ""
     kvd, quant = case.kv_cache_dtype, case.cache.quant
-    q_scale = quant.q_fp8_scale
-    lines = [f'KV_CACHE_DTYPE = "{kvd.value}"', f"Q_FP8_SCALE = {q_scale!r}  # the query quantized to fp8 e4m3 too", ""]
+    q_scale, why = quant.q_fp8_scale, "the query quantized to fp8 e4m3 too"
+    if q_scale is not None and quant.dynamic_scales:  # the value calc_kv_scales computes from this case's query
+        from reference.inputs import materialize
+
+        q_scale, why = float(materialize(case).q_scale[0]), f"calc_kv_scales: amax(|q|) / {Q_RANGE} of this case's query"
+    lines = [f'KV_CACHE_DTYPE = "{kvd.value}"', f"Q_FP8_SCALE = {q_scale!r}  # {why}", ""]
     if kvd == KVCacheDType.INT4_PER_TOKEN_HEAD:
         return "\n".join(lines + [f"SIGN_SEED = {SIGN_SEED:#x}  # vLLM's seed of the int4 rotation's signs"]) + INT4
     if kvd.is_per_token_head:
@@ -153,8 +157,10 @@ def storage(case: Case) -> str:
     else:
         fp8 = "torch.float8_e4m3fn" if kvd == KVCacheDType.FP8_E4M3 else "torch.float8_e5m2"
         if quant.dynamic_scales:  # calc_kv_scales: amax over every key (value) / its range
-            scales = [f"    k_scale = torch.tensor([float(torch.cat(ks).abs().max()) / {K_RANGE} or 1.0])",
-                      f"    v_scale = torch.tensor([float(torch.cat(vs).abs().max()) / {V_RANGE} or 1.0])"]
+            scales = ["    def dynamic(x, value_range):  # amax / range, divided in float32 as the layer does (1 for all zeros)",
+                      "        amax = x.abs().max().float()",
+                      "        return torch.where(amax > 0, amax / torch.tensor(value_range), torch.tensor(1.0)).reshape(1)",
+                      f"    k_scale, v_scale = dynamic(torch.cat(ks), {K_RANGE}), dynamic(torch.cat(vs), {V_RANGE})"]
         else:
             scales = [f"    k_scale = torch.tensor({list(quant.k_scales)!r})  # one, or one per kv head",
                       f"    v_scale = torch.tensor({list(quant.v_scales)!r})"]

@@ -32,6 +32,7 @@ def builtin_backends() -> list[Backend]:
     from .torch_aten import aten_backends
     from .torch_sdpa import sdpa_backends
     from .vllm import vllm_backends
+    from .vllm_attention_layer import vllm_attention_layer_backends
     from .vllm_chunked import vllm_chunked_backends
     from .vllm_dcp import vllm_dcp_backends
     from .vllm_fa4 import vllm_fa4_backends
@@ -42,7 +43,7 @@ def builtin_backends() -> list[Backend]:
     return [*sdpa_backends(), *aten_backends(), *flex_backends(), NaivePaged(), *fa4_backends(),
             *flashinfer_backends(), *xformers_backends(), *vllm_backends(),
             *vllm_chunked_backends(), *vllm_dcp_backends(), *vllm_fa4_backends(), *vllm_layer_backends(),
-            *vllm_mla_backends()]
+            *vllm_attention_layer_backends(), *vllm_mla_backends()]
 
 
 def mutant_backends() -> list[Backend]:

@@ -5,6 +5,7 @@
 | `vllm-backend-triton` | `v1/attention/backends/triton_attn.TritonAttentionBackend` | its metadata builder, `do_kv_cache_update` (Triton writer, per-token-head quantizer), `forward` (unified_attention) |
 | `vllm-backend-flash` | `v1/attention/backends/flash_attn.FlashAttentionBackend` | its metadata builder (FA3 ahead-of-time scheduler metadata, cascade), `do_kv_cache_update` (CUDA writer), `forward` (FA3) |
 | `vllm-backend-flex` | `v1/attention/backends/flex_attention.FlexAttentionBackend` | its metadata builder (paged block mask built directly from the block table), `do_kv_cache_update` (CUDA writer), `forward` (compiled `flex_attention` with its mask_mods: causal, sliding window, PrefixLM) |
+| `vllm-backend-flashinfer` | `v1/attention/backends/flashinfer.FlashInferBackend` | its metadata builder (plans FlashInfer's prefill, decode and cascade wrappers), `do_kv_cache_update` (CUDA writer), `forward` (FlashInfer's kernels, JIT-compiled) |
 
 Per case: a `VllmConfig` from a directory holding only a tiny llama `config.json` with the case's head
 counts (nothing downloaded); an `AttentionImpl` built under that config on the GPU (as model loading
@@ -81,6 +82,7 @@ class LayerBackend(Backend):
 
     library = "vllm"
     zeroed_cache = False  # unwritten cache slots are NaN canaries unless the backend needs vLLM's zeroed cache
+    under_the_layer = False  # vLLM's own Attention layer drives the step (backends/vllm_attention_layer.py)
 
     def __init__(self, name: str, module: str, cls: str, caps: Capabilities, description: str) -> None:
         self.name, self.module, self.cls, self.caps, self.description = name, module, cls, caps, description
@@ -127,10 +129,8 @@ class LayerBackend(Backend):
         cfg = _config(case.num_heads, case.num_kv_heads, case.head_size, case.dtype.value, bs, kvd)
         set_kv_cache_layout(case.encoding("cache_layout", "NHD"))
         with set_current_vllm_config(cfg):
-            impl = self._impl(backend_cls, case, inputs)
-            k_scale, v_scale = float(inputs.cache.k_scale[0]), float(inputs.cache.v_scale[0])
-            layer = _layer(impl, k_scale, v_scale, dev)
-            cfg.compilation_config.static_forward_context[LAYER] = layer
+            layer = self._build_layer(backend_cls, cfg, case, inputs)
+            impl = layer.impl
             num_blocks = inputs.cache.paged.num_blocks
             cfg.cache_config.num_gpu_blocks = num_blocks  # set by the engine after profiling; FLEX's builder reads it
             shape = backend_cls.get_kv_cache_shape(num_blocks, bs, case.num_kv_heads, case.head_size, kvd)
@@ -143,7 +143,6 @@ class LayerBackend(Backend):
             physical = torch.full([shape[i] for i in order], canary, dtype=storage_dtype, device=dev)
             kv_cache = physical.permute(*[order.index(i) for i in range(len(order))])
             slots = self._write_context(impl, layer, kv_cache, inputs)
-            impl.do_kv_cache_update(layer, inputs.key, inputs.value, kv_cache, inputs.slot_mapping.to(dev))
             spec = FullAttentionSpec(block_size=bs, num_kv_heads=case.num_kv_heads, head_size=case.head_size,
                                      dtype=storage_dtype if kvd != "auto" else case.dtype.torch,
                                      kv_quant_mode=get_kv_quant_mode(kvd), sliding_window=spellings.sliding_window(case))
@@ -163,16 +162,30 @@ class LayerBackend(Backend):
                     i: list(r) for i, r in enumerate(case.bidirectional_ranges) if r})
             prefix = cascade_prefix(case)
             metadata = builder.build(common_prefix_len=prefix, common_attn_metadata=common)
-            buffer = poisoned_output(inputs)
-            impl.forward(layer, inputs.query, inputs.key[: case.num_tokens], inputs.value[: case.num_tokens],
-                         kv_cache, metadata, output=buffer)
+            output, buffer = self._forward(layer, kv_cache, metadata, cfg, inputs)
         notes = {"cascade_prefix": prefix} if prefix else {}
         written = None
         if case.kv_cache_dtype.is_per_token_head:  # the codes and scales vLLM wrote, judged and attended over
             written = oracle_form_cache(inputs.cache_before_write, kv_cache, impl._k_scale_cache, impl._v_scale_cache,
                                         torch.cat([slots, inputs.slot_mapping.cpu()]))
-        return Actual(output=buffer[: case.num_tokens], output_buffer=buffer, buffer_rows=case.num_tokens,
+        return Actual(output=output, output_buffer=buffer, buffer_rows=0 if buffer is None else case.num_tokens,
                       written_cache=written, notes=notes)
+
+    def _build_layer(self, backend_cls, cfg, case, inputs: Inputs):
+        """The impl on a stand-in layer holding the case's scales, registered where the builders look."""
+        impl = self._impl(backend_cls, case, inputs)
+        layer = _layer(impl, float(inputs.cache.k_scale[0]), float(inputs.cache.v_scale[0]), inputs.device)
+        cfg.compilation_config.static_forward_context[LAYER] = layer
+        return layer
+
+    def _forward(self, layer, kv_cache, metadata, cfg, inputs: Inputs):
+        """This step's new tokens stored by the impl, then its forward into a poisoned buffer: (output, buffer)."""
+        case = inputs.case
+        layer.impl.do_kv_cache_update(layer, inputs.key, inputs.value, kv_cache, inputs.slot_mapping.to(inputs.device))
+        buffer = poisoned_output(inputs)
+        layer.impl.forward(layer, inputs.query, inputs.key[: case.num_tokens], inputs.value[: case.num_tokens],
+                           kv_cache, metadata, output=buffer)
+        return buffer[: case.num_tokens], buffer
 
     def _write_context(self, impl, layer, kv_cache, inputs: Inputs) -> torch.Tensor:
         """The cached context, stored by the backend's own writer (vLLM stored it in earlier steps); its slots."""
@@ -197,7 +210,7 @@ class LayerBackend(Backend):
 
     def repro_kernel(self, case) -> str | None:
         return whole(case, self.module, self.cls, self.zeroed_cache, cascade_prefix(case),
-                     KV_DTYPE_STRINGS[case.kv_cache_dtype])
+                     KV_DTYPE_STRINGS[case.kv_cache_dtype], layer=self.under_the_layer)
 
 
 def oracle_form_cache(template: KVCache, packed: torch.Tensor, k_scales: torch.Tensor, v_scales: torch.Tensor,
@@ -256,6 +269,22 @@ def vllm_layer_backends() -> list[Backend]:
     flex = replace(_BASE, dtypes=F16 | {DType.FLOAT32}, head_sizes=(32, 64, 80, 96, 128, 256),
                    features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.CONTEXT, Feature.PREFIX_LM}),
                    encodings=(spellings.window_encodings((spellings.NONE, spellings.EDGE, spellings.BEYOND)),))
+    # FLASHINFER: FlashInferBackend.supported_dtypes / supported_kv_cache_dtypes (nvfp4: Blackwell only), head sizes
+    # 64 / 128 / 256 (512 has no sm90 prefill module), kernel block sizes 16 / 32 / 64 (larger ones only on
+    # Blackwell's trtllm-gen); no sinks off SM100 (supports_sink), no ALiBi (the impl keeps the slopes, the wrappers
+    # are never given them); cascade through its MultiLevelCascadeAttentionWrapper. On an sm90 machine without
+    # NVIDIA's artifactory (this one) the XQA / trtllm-gen paths are off: FlashInfer's own decode and prefill wrappers.
+    flashinfer = replace(_BASE, head_sizes=(64, 128, 256),
+                         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.CONTEXT}),
+                         kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
+                         block_tables=frozenset(BlockTableKind),
+                         encodings=_BASE.encodings + (("cascade", ("off", "on")),))
+    flashinfer_whole = _FlashLayer(
+        "vllm-backend-flashinfer", "vllm.v1.attention.backends.flashinfer", "FlashInferBackend", flashinfer,
+        "vLLM FLASHINFER whole: metadata builder (plans FlashInfer's prefill / decode / cascade wrappers), "
+        "do_kv_cache_update, forward")
+    flashinfer_whole.compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # FlashInfer's nvcc JIT modules
+    flashinfer_whole.compiled_features = (Feature.SOFT_CAP, Feature.WINDOW)
     return [
         LayerBackend("vllm-backend-triton", "vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend", triton,
                      "vLLM TRITON_ATTN whole: metadata builder, do_kv_cache_update, forward"),
@@ -264,6 +293,7 @@ def vllm_layer_backends() -> list[Backend]:
         _FlexLayer("vllm-backend-flex", "vllm.v1.attention.backends.flex_attention", "FlexAttentionBackend", flex,
                      "vLLM FLEX_ATTENTION whole: metadata builder (direct paged block mask), do_kv_cache_update, "
                      "forward (compiled flex_attention)"),
+        flashinfer_whole,
     ]
 
 

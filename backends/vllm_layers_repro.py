@@ -15,8 +15,12 @@ from . import spellings
 LAYER = "model.layers.0.self_attn.attn"
 
 
-def whole(case: Case, module: str, cls: str, zeroed_cache: bool, cascade_prefix: int, kv_dtype: str = "auto") -> str:
+def whole(case: Case, module: str, cls: str, zeroed_cache: bool, cascade_prefix: int, kv_dtype: str = "auto",
+          layer: bool = False) -> str:
+    """The script; with `layer`, vLLM's own Attention layer builds the impl and runs the step
+    (backends/vllm_attention_layer.py) instead of a stand-in layer and the impl's own calls."""
     flex = cls == "FlexAttentionBackend"
+    dynamic = case.cache.quant.dynamic_scales
     impl = [f"num_heads=H, head_size=D, scale=SCALE, num_kv_heads=H_KV, sliding_window={spellings.sliding_window(case)}",
             'kv_cache_dtype=CACHE_DTYPE, logits_soft_cap=SOFT_CAP',
             "alibi_slopes=None if ALIBI is None else [float(x) for x in ALIBI]",
@@ -45,7 +49,8 @@ def llama_config(folder):
                    "torch_dtype": "{case.dtype.value}"}}, f)
     model = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype="{case.dtype.value}",
                         max_model_len=1 << 17)
-    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=BLOCK, cache_dtype=CACHE_DTYPE))
+    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=BLOCK, cache_dtype=CACHE_DTYPE,
+                                                                   calculate_kv_scales={dynamic}))
 
 
 def kernel(q, ks, vs, k_scales=None, v_scales=None):
@@ -53,7 +58,9 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     import tempfile
 
     from vllm.config import set_current_vllm_config
+    from vllm.forward_context import set_forward_context
     from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.utils.torch_utils import set_default_torch_dtype
     from vllm.v1.attention.backend import CommonAttentionMetadata
     from vllm.v1.attention.backends.utils import set_kv_cache_layout
     from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
@@ -64,11 +71,15 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
         text += '''    # vLLM caps dynamo's recompiles at 16 on import; one script compiles once, but keep vLLM's runner's room
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 1 << 16)
 '''
-    text += f'''
-    cfg = llama_config(tempfile.mkdtemp())
-    set_kv_cache_layout("{case.encoding("cache_layout", "NHD")}")
-    table, pages, seq_lens = block_table(BLOCK)  # vLLM writes its own cache
-    with set_current_vllm_config(cfg):
+    if layer:
+        build = _layer_build(case)
+        store_new = ""
+        forward = f'''        layer.kv_cache = kv_cache  # bind_kv_cache
+        with set_forward_context({{"{LAYER}": metadata}}, cfg, slot_mapping={{"{LAYER}": new_slots}}):
+            out = layer(q, k_new, v_new).view(q.shape[0], H, D_V)  # stores this step's tokens, then attends
+'''
+    else:
+        build = f'''    with set_current_vllm_config(cfg):
         with torch.device(DEVICE):  # model loading builds layers with the GPU as default device
             impl = Backend.get_impl_cls()(
                 {impl_args})
@@ -82,7 +93,16 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
             setattr(layer, name, torch.tensor([value], dtype=torch.float32, device=DEVICE))
             setattr(layer, name + "_float", value)
         cfg.compilation_config.static_forward_context["{LAYER}"] = layer
-        num_blocks = 1 + sum(pages)
+'''
+        store_new = "        impl.do_kv_cache_update(layer, k_new, v_new, kv_cache, new_slots)\n"
+        forward = '''        out = torch.full(q.shape[:2] + (D_V,), float("nan"), dtype=DTYPE, device=DEVICE)
+        impl.forward(layer, q, k_new, v_new, kv_cache, metadata, output=out)
+'''
+    text += f'''
+    cfg = llama_config(tempfile.mkdtemp())
+    set_kv_cache_layout("{case.encoding("cache_layout", "NHD")}")
+    table, pages, seq_lens = block_table(BLOCK)  # vLLM writes its own cache
+{build}        num_blocks = 1 + sum(pages)
         cfg.cache_config.num_gpu_blocks = num_blocks
         shape = Backend.get_kv_cache_shape(num_blocks, BLOCK, H_KV, D, CACHE_DTYPE)
         order = Backend.get_kv_cache_stride_order()
@@ -102,8 +122,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
         k_new = torch.cat([k[c:] for k, c in zip(ks, context)])
         v_new = torch.cat([v[c:] for v, c in zip(vs, context)])
         new_slots = torch.cat([s[c:] for s, c in zip(slots, context)])
-        impl.do_kv_cache_update(layer, k_new, v_new, kv_cache, new_slots)
-        spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=H_KV, head_size=D, dtype=storage,
+{store_new}        spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=H_KV, head_size=D, dtype=storage,
                                  kv_quant_mode=get_kv_quant_mode(CACHE_DTYPE), sliding_window={spellings.sliding_window(case)})
         builder = Backend.get_builder_cls()(spec, ["{LAYER}"], cfg, DEVICE)
         qsl = cu_seqlens(0)
@@ -118,11 +137,40 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
             mm_req_doc_ranges=None if RANGES is None else {{i: list(r) for i, r in enumerate(RANGES) if r}})
         # {"cascade attention: the shared prefix's tokens (whole blocks)" if cascade_prefix else "no cascade"}
         metadata = builder.build(common_prefix_len={cascade_prefix}, common_attn_metadata=common)
-        out = torch.full(q.shape[:2] + (D_V,), float("nan"), dtype=DTYPE, device=DEVICE)
-        impl.forward(layer, q, k_new, v_new, kv_cache, metadata, output=out)
-    return out, None
+{forward}    return out, None
 '''
     return text
+
+
+def _layer_build(case: Case) -> str:
+    """vLLM's Attention layer as model loading makes it: built under the config (it builds its impl and registers
+    itself), weights processed, then the case's per-tensor scales as a checkpoint's kv-cache scheme loads them
+    (none with calc_kv_scales: the first forward computes them)."""
+    extra = [f"per_layer_sliding_window={spellings.sliding_window(case)}", "logits_soft_cap=SOFT_CAP",
+             "alibi_slopes=None if ALIBI is None else [float(x) for x in ALIBI]"]
+    if case.sinks is not None:
+        extra.append("sinks=SINKS.to(DEVICE, DTYPE)")
+    if case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT:
+        extra.append("use_alibi_sqrt=True")
+    if case.chunk_lookback is not None:
+        extra.append("chunk_lookback=LOOKBACK[1]")
+    args = (",\n" + " " * 30).join(extra)
+    load = "" if case.cache.quant.dynamic_scales else f'''        per_tensor = CACHE_DTYPE.startswith("fp8") and not CACHE_DTYPE.endswith("per_token_head")
+        q_scale = Q_FP8_SCALE if per_tensor and Q_FP8_SCALE is not None else 1.0
+        scales = (float(k_scales[0].reshape(-1)[0]), float(v_scales[0].reshape(-1)[0])) if per_tensor else (1.0, 1.0)
+        for name, value in zip("kvq", scales + (q_scale,)):  # device tensor, float, host copy
+            getattr(layer, f"_{{name}}_scale").fill_(value)
+            setattr(layer, f"_{{name}}_scale_float", value)
+            if hasattr(layer, f"_{{name}}_scale_cpu"):
+                getattr(layer, f"_{{name}}_scale_cpu").fill_(value)
+'''
+    return f'''    with set_current_vllm_config(cfg):
+        with torch.device(DEVICE), set_default_torch_dtype(DTYPE):  # as model loading builds layers
+            layer = Attention(H, D, SCALE, num_kv_heads=H_KV, cache_config=cfg.cache_config, prefix="{LAYER}",
+                              attn_backend=Backend, {args})
+        layer.process_weights_after_loading(DTYPE)
+{load}        impl = layer.impl
+'''
 
 
 def cascade_prefix(case: Case) -> int:

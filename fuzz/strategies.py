@@ -277,6 +277,8 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
     if kvd == KVCacheDType.FP8_E4M3 and Feature.Q_FP8 in caps.features:
         q_scales = st.sampled_from([0.5, 0.75, 1.0])
         q_fp8 = draw(q_scales if caps.fp8_query_only else st.none() | q_scales)
+        if dynamic and q_fp8 is not None:
+            q_fp8 = 1.0  # the query's scale is computed with the others (Quant.dynamic_scales)
     spare = draw(st.sampled_from([0, 0, 1, 3]))
     padding = draw(st.sampled_from([0, 0, 1, 2])) if caps.writes_cache else 0
     layers = layer = 0

@@ -196,7 +196,9 @@ class Quant:
     granularity: ScaleGranularity = ScaleGranularity.PER_TENSOR
     k_scales: tuple[float, ...] = (1.0,)  # one value, or one per kv head (PER_KV_HEAD)
     v_scales: tuple[float, ...] = (1.0,)
-    dynamic_scales: bool = False  # compute k/v scales as amax / range, as calc_kv_scales does
+    # compute the k / v scales as amax / range, as calc_kv_scales does (over every key and value: the first forward
+    # stores them all), and the query's with q_fp8_scale set (1.0 there then: the value is computed, not given)
+    dynamic_scales: bool = False
     q_fp8_scale: float | None = None  # quantize the query to fp8 e4m3 with this scale
 
 
@@ -650,6 +652,9 @@ def _validate_cache(case: Case) -> None:
              f"Case.dtype={case.dtype.value}")
     _require(q.q_fp8_scale is None or (math.isfinite(q.q_fp8_scale) and q.q_fp8_scale > 0),
              f"Case.cache.quant.q_fp8_scale={q.q_fp8_scale!r}: must be None or > 0")
+    _require(not q.dynamic_scales or q.q_fp8_scale in (None, 1.0),
+             f"Case.cache.quant.q_fp8_scale={q.q_fp8_scale!r} with dynamic_scales: must be None or 1.0 (the query's "
+             "scale is then computed: amax / Q_RANGE)")
 
 
 # --- JSON ----------------------------------------------------------------------------------------

@@ -98,6 +98,8 @@ def materialize(case: Case, device: torch.device | str = "cpu") -> Inputs:
     if case.cache is not None:
         extra = _paged_inputs(case, keys, values, key, value, gen)
     q_fp8_scale = case.cache.quant.q_fp8_scale if case.cache is not None else None
+    if q_fp8_scale is not None and case.cache.quant.dynamic_scales:  # calc_kv_scales: the query's amax too
+        q_fp8_scale = quant.dynamic_scale(query, quant.Q_RANGE)
     if q_fp8_scale is not None:
         extra["query_fp8"] = quant.quantize_fp8(query, q_fp8_scale, KVCacheDType.FP8_E4M3)
         extra["q_scale"] = torch.tensor([q_fp8_scale], dtype=torch.float32)

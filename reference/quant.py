@@ -82,6 +82,7 @@ def per_channel_int8_scale(x: Tensor) -> Tensor:
 
 
 def dynamic_scale(x: Tensor, value_range: float) -> float:
-    """calc_kv_scales' rule: amax(|x|) / range (one scalar for the whole tensor)."""
-    amax = float(x.abs().max()) if x.numel() else 0.0
-    return amax / value_range if amax > 0 else 1.0
+    """calc_kv_scales' rule: amax(|x|) / range (one scalar for the whole tensor), divided in float32 as the layer
+    divides its float32 range tensor: the scale is a model parameter, the quantization it drives is exact."""
+    amax = x.abs().max().to(torch.float32) if x.numel() else torch.zeros((), dtype=torch.float32)
+    return float(amax / torch.tensor(value_range, dtype=torch.float32)) if amax > 0 else 1.0

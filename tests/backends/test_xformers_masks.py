@@ -50,7 +50,7 @@ def test_every_admitted_case_s_mask_is_the_oracle_s(name, operator):
             want = visible(case, seq, index)[0]
             got = documented_mask(plan, want.shape[0], want.shape[1])
             assert torch.equal(got, want), (plan, seq, case.window, case.causal, case.causal_alignment)
-    assert kernel_cases >= 50
+    assert kernel_cases >= 15  # of ~400 draws, a third kernel cases before the refusals
     drawn = {cls for cls, _ in plans}
     assert {xm.PLAIN, xm.CAUSAL_BOTTOM_RIGHT} <= drawn and (xm.CAUSAL_BOTTOM_RIGHT, True) in plans, plans
     # fa2F takes a top-left causal mask only where it is the bottom-right one (equal lengths), which few draws are;

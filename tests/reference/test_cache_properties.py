@@ -239,3 +239,33 @@ def test_finite_canaries_are_loud_but_finite(dtype):
     cache = layouts.allocate(r.KVLayout.FLASH_NHD, 2, 4, 1, 8, 8, dtype, finite=True)
     values = cache.key_view().to(torch.float32)
     assert values.isfinite().all() and (values.abs() >= 30).all()
+
+
+FP8_PER_TENSOR = dataclasses.replace(PAGED, kv_cache_dtypes=frozenset({r.KVCacheDType.FP8_E4M3, r.KVCacheDType.FP8_E5M2}),
+                                     scale_granularities=frozenset({r.ScaleGranularity.PER_TENSOR}))
+
+
+@given(cases(FP8_PER_TENSOR, SMALL), st.booleans())
+def test_dynamic_scales_are_the_static_scales_of_amax_over_range(case, with_query):
+    """calc_kv_scales' rule, a second way: every key's (value's, the query's) amax / its range, given as static
+    scales, gives the same quantized inputs and the same attention."""
+    with_query &= case.kv_cache_dtype == r.KVCacheDType.FP8_E4M3  # an fp8 query is e4m3
+    dynamic = case.replace(cache=dataclasses.replace(case.cache, quant=dataclasses.replace(
+        case.cache.quant, dynamic_scales=True, q_fp8_scale=1.0 if with_query else None)))
+    inputs = r.materialize(dynamic)
+
+    def over_range(x: torch.Tensor, rng: float) -> float:  # 1 where there is nothing (or only zeros) to scale
+        return float(x.abs().max().float() / torch.tensor(rng)) or 1.0 if x.numel() else 1.0
+
+    k, v = over_range(torch.cat(inputs.keys), 200.0), over_range(torch.cat(inputs.values), 100.0)
+    if case.cache.layout == r.KVLayout.MLA_LATENT:  # one latent tensor, one scale
+        v = k
+    q = over_range(inputs.query, 200.0) if with_query else None
+    static = case.replace(cache=dataclasses.replace(case.cache, quant=dataclasses.replace(
+        case.cache.quant, dynamic_scales=False, k_scales=(k,), v_scales=(v,), q_fp8_scale=q)))
+    twin = r.materialize(static)
+    assert float(inputs.cache.k_scale[0]) == k and float(inputs.cache.v_scale[0]) == v
+    if with_query:
+        assert torch.equal(inputs.query_fp8.view(torch.uint8), twin.query_fp8.view(torch.uint8))
+    a, b = r.attention(inputs), r.attention(twin)
+    assert torch.equal(a.output, b.output) and torch.equal(a.lse, b.lse)

@@ -160,3 +160,25 @@ def test_an_mla_script_s_reference_is_the_oracle_over_the_latent_cache(name):
         assert_script_reference_is_the_oracle(case, name)
 
     check()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_layer_script_builds_vllm_s_attention_and_reads_back_its_scales(dynamic):
+    """Under vLLM's Attention layer the script builds the layer (calc_kv_scales as the case says), binds the cache
+    and runs the step through the forward context; with dynamic scales its query scale is calc_kv_scales' value
+    for this case's query, and its reference is the oracle's."""
+    quant = Quant(KVCacheDType.FP8_E4M3, dynamic_scales=True, q_fp8_scale=1.0) if dynamic else \
+        Quant(KVCacheDType.FP8_E4M3, k_scales=(0.05,), v_scales=(0.04,), q_fp8_scale=0.5)
+    fresh = RULED.replace(sequences=(SequenceSpec(query_len=4), SequenceSpec(query_len=3)))
+    case = fresh.replace(cache=CacheSpec(block_size=16, quant=quant))
+    backend = get("vllm-layer-triton")
+    assert not backend.not_supported_reasons(case)
+    with_context = backend.not_supported_reasons(RULED.replace(cache=case.cache))  # RULED's sequences have context
+    assert any("calc_kv_scales" in r for r in with_context) == dynamic, with_context
+    text = write_repro(case, backend.name)
+    assert f"calculate_kv_scales={dynamic}" in text and "layer(q, k_new, v_new)" in text and "Attention(H, D" in text
+    assert ("fill_(value)" in text) != dynamic  # static scales are loaded, dynamic ones computed by the layer
+    ns = load(text)
+    expected_q_scale = float(materialize(case).q_scale[0])
+    assert ns["Q_FP8_SCALE"] == expected_q_scale and (expected_q_scale != 1.0 or not dynamic)
+    assert_script_reference_is_the_oracle(case, backend.name)
