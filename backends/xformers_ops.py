@@ -21,6 +21,7 @@ Declared from xformers' fmha documentation (`xformers.ops.memory_efficient_atten
 """
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -79,6 +80,9 @@ class XformersOp(Backend):
                                      attn_types=frozenset({AttentionType.DECODER, AttentionType.ENCODER,
                                                            AttentionType.KERNEL}),
                                      causal_alignments=frozenset(CausalAlignment), lse_base=LseBase.E,
+                                     # a row that sees no key, as the torch kernels under the two operators return it
+                                     # (measured on the H100: cutlassF-pt 0, fa2F-pt +inf; aten's own declarations)
+                                     empty_row_lse=0.0 if name == "xformers-cutlass" else math.inf,
                                      # memory_efficient_attention(..., scale: Optional[float] = None); an
                                      # unbounded side as no mask, or a window W or sides reaching the edge / beyond
                                      encodings=(spellings.SCALE_ENCODINGS, spellings.window_encodings(
@@ -140,11 +144,15 @@ class XformersOp(Backend):
         entry = fmha.memory_efficient_attention_partial if getattr(op, "SUPPORTS_PARTIAL", False) \
             else fmha.memory_efficient_attention_forward_requires_grad
         try:
-            return entry(q, k, v, attn_bias=bias, op=op, **spellings.scale_kwargs(case, "scale"))
+            out, lse = entry(q, k, v, attn_bias=bias, op=op, **spellings.scale_kwargs(case, "scale"))
         except ValueError as e:  # _ensure_op_supports_or_raise: "Operator ... does not support inputs"
             if "does not support" in str(e):
                 raise Unsupported(f"xformers: {e}") from e
             raise
+        if not lse.numel() and q.shape[1]:
+            # Seen on the H100 (fa2F-pt): a call without a single key returns a 0-element LSE; the kernel did not run
+            raise RuntimeError(f"{op.NAME} returned no LSE (a call without keys)")
+        return out, lse
 
     def _mask(self, inputs: Inputs):
         try:

@@ -41,6 +41,8 @@ def _repro(case, backend: str | None) -> str:
         return write_repro(case, backend)
     except ReproUnsupported as e:
         return f"# no repro script: {e}"
+    except Exception as e:  # a template's defect must not cost the report its other pages
+        return f"# no repro script: the template failed ({type(e).__name__}: {e}); replay the case with attnref"
 
 
 def case_pages(results: Path) -> list[dict]:
