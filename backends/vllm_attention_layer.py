@@ -111,8 +111,10 @@ def vllm_attention_layer_backends() -> list[Backend]:
         caps = replace(whole.caps, writes_output_buffer=False)  # the layer allocates its output
         if KVCacheDType.FP8_E4M3 in caps.kv_cache_dtypes:  # calc_kv_scales on fp8 per-tensor caches
             caps = replace(caps, features=caps.features | {Feature.DYNAMIC_SCALES})
-            if whole.cls in QUANTIZES_QUERY:  # the layer hands the impl an fp8 query
-                caps = replace(caps, features=caps.features | {Feature.Q_FP8}, fp8_query_only=True)
+            if whole.cls in QUANTIZES_QUERY:  # the layer hands the impl an fp8 (e4m3) query
+                # over an e5m2 cache the query is e4m3 too, which the Case's q_fp8 (e4m3 caches) does not describe
+                caps = replace(caps, features=caps.features | {Feature.Q_FP8}, fp8_query_only=True,
+                               kv_cache_dtypes=caps.kv_cache_dtypes - {KVCacheDType.FP8_E5M2})
         description = whole.description.replace(" whole", " under vLLM's Attention layer")
         cls = type(f"{type(whole).__name__.strip('_')}UnderAttention", (_UnderTheLayer, type(whole)), {})
         backend = cls(name, whole.module, whole.cls, caps, description)

@@ -47,8 +47,16 @@ KV_DTYPE_STRINGS = {KVCacheDType.AUTO: "auto", KVCacheDType.FP8_E4M3: "fp8_e4m3"
                     KVCacheDType.INT4_PER_TOKEN_HEAD: "int4_per_token_head"}
 
 
+def cache_settings(case) -> dict:
+    """The CacheConfig a case asks for: its page size, vLLM's cache_dtype string and calc_kv_scales (dynamic
+    scales: the layer computes them in its first forward)."""
+    return dict(block_size=case.cache.block_size, cache_dtype=KV_DTYPE_STRINGS[case.kv_cache_dtype],
+                calculate_kv_scales=case.cache.quant.dynamic_scales)
+
+
 @lru_cache(maxsize=64)
-def _config(num_heads: int, num_kv_heads: int, head_size: int, dtype: str, block_size: int, kv_dtype: str):
+def _config(num_heads: int, num_kv_heads: int, head_size: int, dtype: str, block_size: int, cache_dtype: str,
+            calculate_kv_scales: bool):
     """A VllmConfig for a one-layer llama with the case's heads (built once per shape and process)."""
     from vllm.config import CacheConfig, ModelConfig, VllmConfig
 
@@ -59,7 +67,8 @@ def _config(num_heads: int, num_kv_heads: int, head_size: int, dtype: str, block
                    "num_key_value_heads": num_kv_heads, "intermediate_size": 64, "vocab_size": 256,
                    "max_position_embeddings": 1 << 17, "torch_dtype": dtype}, f)
     model = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype, max_model_len=1 << 17)
-    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=block_size, cache_dtype=kv_dtype))
+    return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=block_size, cache_dtype=cache_dtype,
+                                                                   calculate_kv_scales=calculate_kv_scales))
 
 
 def _layer(impl, k_scale: float, v_scale: float, dev):
@@ -126,7 +135,7 @@ class LayerBackend(Backend):
         kvd = KV_DTYPE_STRINGS[case.kv_cache_dtype]
         bs = case.cache.block_size
         backend_cls = getattr(importlib.import_module(self.module), self.cls)
-        cfg = _config(case.num_heads, case.num_kv_heads, case.head_size, case.dtype.value, bs, kvd)
+        cfg = _config(case.num_heads, case.num_kv_heads, case.head_size, case.dtype.value, **cache_settings(case))
         set_kv_cache_layout(case.encoding("cache_layout", "NHD"))
         with set_current_vllm_config(cfg):
             layer = self._build_layer(backend_cls, cfg, case, inputs)
