@@ -207,14 +207,16 @@ class XformersOp(Backend):
     def repro_kernel(self, case) -> str | None:
         module, attr = OPS[self.name]
         scale = ", scale=SCALE" if spellings.scale_kwargs(case, "scale") else ""
-        force = (f"    common._built_with_cuda = True  # xformers' C++ extension may target another torch; split-K "
-                 f"needs only Triton ({FORCE_ENV})\n") if self.paged else ""
+        force = (f"    common._built_with_cuda = True  # xformers' C++ extension may target another torch; these "
+                 f"operators call only torch or Triton ({FORCE_ENV})\n")
         plan = xformers_masks.plan(case)
         call = f'''    k, v = k.expand(-1, -1, -1, GROUP, -1), v.expand(-1, -1, -1, GROUP, -1)
     if getattr(op, "SUPPORTS_PARTIAL", False):
-        out, _ = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, op=op{scale})
+        out, lse = fmha.memory_efficient_attention_partial(q, k, v, attn_bias=bias, op=op{scale})
     else:
-        out, _ = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias, op=op{scale})
+        out, lse = fmha.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias, op=op{scale})
+    if not lse.numel():  # a call without keys: fa2F-pt returns no LSE (attnref reports it so)
+        raise RuntimeError(f"{{op.NAME}} returned no LSE (a call without keys)")
 '''
         if self.paged:
             cls = "PagedBlockDiagonalCausalWithOffsetPaddedKeysMask" if case.is_causal else "PagedBlockDiagonalPaddedKeysMask"

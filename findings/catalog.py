@@ -15,14 +15,22 @@ VLLM_WHOLE = "vllm/whole-backends-h100-2026-11-23.md"
 VLLM_RULES = "vllm/mask-rules-fa4-h100-2026-11-23.md"
 VLLM_MLA = "vllm/mla-h100-2026-11-25.md"
 UNTOLD = "reach/untold-h100-2026-11-25.md"
+REACH = "reach/spellings-raw-regions-h100-2026-11-25.md"
 
 TORCH = (
-    Entry("efficient-empty-rows", D, TORCH_CUDA, "aten._efficient_attention_forward (SDPA memory-efficient)",
+    Entry("efficient-empty-rows", D, TORCH_CUDA,
+          "aten._efficient_attention_forward (SDPA memory-efficient; xformers' cutlassF-pt)",
           "Rows that see no key (a sequence without keys, or bottom-right causal with more queries than keys) are "
           "uninitialised memory: LSE 0, 1e-43, 2.4 or 1e+14 instead of -inf, output 1-5, 1e+8, inf (fp16, head 256) "
-          "or NaN instead of 0.",
+          "or NaN instead of 0. xformers' cutlassF-pt, the same kernel, gives inf to a sequence without keys.",
           ("aten-efficient-varlen-52341e1a32.json", "aten-efficient-varlen-5f7add1704.json",
-           "aten-efficient-varlen-inf-output-original.json"), H100_TORCH, device="H200, H100"),
+           "aten-efficient-varlen-inf-output-original.json", "xformers-cutlass-empty-row-inf.json"), H100_TORCH,
+          device="H200, H100"),
+    Entry("xformers-fa2-no-keys-no-lse", D, f"{XFORMERS}; {TORCH_CUDA}",
+          "memory_efficient_attention_partial(op=fa2F-pt), BlockDiagonalMask",
+          "A call without a single key returns a 0-element LSE beside its output (torch's flash kernel under it is "
+          "not launched); a sequence without keys beside others gets LSE +inf, torch flash's convention.",
+          ("xformers-fa2-no-keys-no-lse.json",), REACH),
     Entry("efficient-causal-more-queries", D, TORCH_CUDA, "aten._efficient_attention_forward, custom_mask_type=2",
           "Bottom-right causal with more queries than keys: rows that do see keys are wrong (errors up to 890x the "
           "limit), beside the empty-row contract above.",

@@ -9,6 +9,7 @@ from .model import FLASHINFER, TORCH_CPU, TORCH_CUDA, VLLM, XFORMERS, Entry, Kin
 
 C, L, O = Kind.CONVENTION, Kind.LIMITATION, Kind.OPEN
 PROBES = "probes/h100-2026-11-22.txt"
+REACH = "reach/spellings-raw-regions-h100-2026-11-25.md"
 
 CONVENTIONS = (
     Entry("lse-base", C, f"{FLASHINFER}; {TORCH_CUDA}", "every API that returns an LSE",
@@ -76,6 +77,12 @@ LIMITATIONS = (
           status="documented by the error",
           moved=(("xformers-triton-splitk-14b8e785ac.json",
                   "xformers-triton-splitk declares a uniform query length since this case"),)),
+    Entry("vllm-flashinfer-sm90-window", L, VLLM, "FlashInferMetadataBuilder (FLASHINFER), sm90",
+          "Any layer with a sliding window, also one wider than the context, is refused: NotImplementedError('FlashInfer "
+          "backend on SM90 currently crashes with sliding-window attention layers', flashinfer issue #3578); "
+          "vllm-backend-flashinfer and vllm-layer-flashinfer refuse windows on sm90 with that reason.",
+          ("vllm-backend-flashinfer-sm90-window-past-context.json", "vllm-layer-flashinfer-sm90-window.json"), REACH,
+          status="documented by the error"),
     Entry("vllm-triton-tf32", L, VLLM, "prefix_prefill, triton_decode_attention, unified_attention in float32",
           "Float32 is multiplied in TF32 (Triton's default on Hopper): ~1e-3 errors, 1000x a float32 pass; float32 "
           "is not declared on these kernels.",
@@ -83,6 +90,11 @@ LIMITATIONS = (
 )
 
 OPEN = (
+    Entry("vllm-layer-fp8-query-p-rounding", O, VLLM, "Attention layer -> TRITON_ATTN, fp8 per-tensor cache and query",
+          "With the layer's fp8 query, triton_unified_attention keeps V in fp8 and multiplies P.to(V.dtype): the "
+          "probabilities are rounded to e4m3. 41 of 152 rows 1.0-3.4x the fp8 limit; not yet separated from that "
+          "rounding, which the tolerance rule does not model.",
+          ("vllm-layer-triton-fp8-query-p-rounding.json",), REACH),
     Entry("vllm-flashmla-fp8-long-queries", O, VLLM, "flash_mla_with_kvcache_fp8, 127-129 queries per sequence",
           "bfloat16, fp8 cache, large values at the tile edges: output up to 7.7x the limit and LSE off by up to "
           "6.7; the float16 rows of the same shape reached 58x. Not yet separated from the fp8 path's own rounding "
@@ -113,6 +125,11 @@ OPEN = (
 )
 
 HARNESS = (
+    Entry("vllm-layer-calc-kv-scales-not-asked", Kind.HARNESS, VLLM, "attnref's vllm-layer-triton (calc_kv_scales)",
+          "The adapter's VllmConfig did not ask for calculate_kv_scales, so vLLM's layer kept scale 1 while the oracle "
+          "used amax / range: 22 of 22 dynamic-scale rows failed, a one-key row 5x. Fixed in attnref (cache_settings, "
+          "tests/backends/test_vllm_attention_layer.py); the case stays as a regression case.",
+          ("vllm-layer-triton-dynamic-scales-not-asked.json",), REACH, status="fixed in attnref"),
     Entry("naive-paged-int8-float32", Kind.HARNESS, TORCH_CPU, "attnref's torch-naive-paged (int8 key, fp16 value)",
           "attnref's own kernel-shaped twin was 9e-4 off (limit 1.2e-5) in float32 over an int8 key / float16 value "
           "cache on the H200; fixed in attnref (it passes today: 2.7e-6 against 3.8e-5 on the CPU). The case stays "
