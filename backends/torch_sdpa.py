@@ -26,6 +26,12 @@ from ._convert import alibi_additive, allowed, per_sequence
 from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported
 
 ALL_TYPES = frozenset(AttentionType)
+# F.scaled_dot_product_attention(..., attn_mask=None, ..., scale=None, enable_gqa=False): grouped heads as K/V
+# repeated per group or `enable_gqa=True`; a mask as bool (True: attend) or as an additive float mask (-inf: hidden;
+# with ALiBi it is always additive)
+GQA, MASK = "gqa", "mask"
+GQA_ENCODINGS = (GQA, ("repeat", "enable_gqa"))
+MASK_ENCODINGS = (MASK, ("bool", "additive"))
 MASK_FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.ALIBI, Feature.CHUNKED_LOCAL,
                            Feature.CONTEXT, Feature.MORE_QUERIES_THAN_KEYS})
 BOTH_ALIGNMENTS = frozenset(CausalAlignment)
@@ -69,10 +75,13 @@ class SdpaBackend(Backend):
 
         def one(i, q, k, v):
             group = case.num_heads // case.num_kv_heads
-            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
             kw = spellings.scale_kwargs(case, "scale")
+            if case.encoding(GQA, "repeat") == "enable_gqa":
+                kw["enable_gqa"] = True  # SDPA broadcasts each kv head over its group itself
+            else:
+                k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
             if takes_mask:
-                kw["attn_mask"] = _mask(inputs, i, q)
+                kw["attn_mask"] = _mask(inputs, i, q, additive=case.encoding(MASK, "bool") == "additive")
             elif self.bias is not None:  # torch.nn.attention.bias: causal_lower_right / causal_upper_left
                 from torch.nn.attention import bias as sdpa_bias
 
@@ -97,12 +106,16 @@ class SdpaBackend(Backend):
                 f"dict(attn_mask=torch.nn.attention.bias.{self.bias}(q_len, kv_len))"
         else:
             mask = "dict(attn_mask=sdpa_mask(i))"
+        gqa = case.encoding(GQA, "repeat") == "enable_gqa"
+        additive = case.encoding(MASK, "bool") == "additive"
         return f'''
 def sdpa_mask(i):
-    """SDPA's attn_mask: the visibility as bool, or as an additive float mask carrying ALiBi."""
+    """SDPA's attn_mask: the visibility as {"an additive float mask" if additive else "bool"}, or as an additive float
+    mask carrying ALiBi."""
     bias = alibi_bias(i)
-    if bias is None:
+    if bias is None and {not additive}:
         return visible(i)[None]
+    bias = torch.zeros(visible(i)[None].shape) if bias is None else bias
     return bias.masked_fill(~visible(i)[None], float("-inf")).to(DTYPE).to(DEVICE)
 
 
@@ -115,9 +128,10 @@ def kernel(q, ks, vs):
     for i, (q_len, kv_len, _) in enumerate(SEQS):
         qi = q[start:start + q_len].transpose(0, 1)  # [H, q_len, D]
         start += q_len
-        k = ks[i].repeat_interleave(GROUP, 1).transpose(0, 1)
-        v = vs[i].repeat_interleave(GROUP, 1).transpose(0, 1)
-        kw = {mask}
+        k, v = ks[i].transpose(0, 1), vs[i].transpose(0, 1)
+        if {not gqa}:  # each kv head repeated over its group (else SDPA's enable_gqa broadcasts it)
+            k, v = k.repeat_interleave(GROUP, 0), v.repeat_interleave(GROUP, 0)
+        kw = {mask} | {{"enable_gqa": True}} if {gqa} else {mask}
         # a plain tensor mask moves to the device; the bias objects (tensor subclasses) are built for any device
         kw = {{key: (val.to(DEVICE) if type(val) is torch.Tensor else val) for key, val in kw.items()}}
         with sdpa_kernel(SDPBackend.{self.kernel}):
@@ -177,12 +191,13 @@ def sdpa_backends() -> list[Backend]:
     """torch-sdpa-* for CPU (math) and CUDA (flash, efficient, cudnn, math)."""
     base = Capabilities(dtypes=frozenset(DType), attn_types=ALL_TYPES, features=MASK_FEATURES | {Feature.HEAD_SIZE_V},
                         lse_base=None, causal_alignments=BOTH_ALIGNMENTS,
-                        encodings=(spellings.SCALE_ENCODINGS,))  # scaled_dot_product_attention(..., scale=None)
+                        encodings=(spellings.SCALE_ENCODINGS, GQA_ENCODINGS, MASK_ENCODINGS))
     # No attn_mask: a decoder with cached context would need bottom-right causality, which the
     # is_causal flag (top-left) cannot express, so CONTEXT is not declared.
     no_mask = replace(base, dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
                       features=frozenset({Feature.GQA, Feature.MQA}), head_sizes=(32, 64, 96, 128, 256),
-                      causal_alignments=frozenset({CausalAlignment.TOP_LEFT}))
+                      causal_alignments=frozenset({CausalAlignment.TOP_LEFT}),
+                      encodings=(spellings.SCALE_ENCODINGS, GQA_ENCODINGS))
     cuda = frozenset({"cuda"})
     # Found by fuzzing on the H200 (torch 2.11): the flash and efficient kernels refuse a sequence with
     # no keys, cuDNN one with a single query ("No available kernel").
@@ -207,7 +222,8 @@ def sdpa_backends() -> list[Backend]:
                               features=frozenset({Feature.GQA, Feature.MQA, Feature.HEAD_SIZE_V,
                                                   Feature.MORE_QUERIES_THAN_KEYS}),
                               dtypes=frozenset(DType) if dev == "cpu" else frozenset({DType.FLOAT16, DType.BFLOAT16}),
-                              min_kv_len=0 if dev == "cpu" else 1),  # CUDA: "No available kernel" without keys
+                              min_kv_len=0 if dev == "cpu" else 1,  # CUDA: "No available kernel" without keys
+                              encodings=(spellings.SCALE_ENCODINGS, GQA_ENCODINGS)),
                       f"SDPA with the torch.nn.attention.bias.{fn} attn_mask object", bias=fn)
           for tag, fn, alignment in (("causal-lower-right", "causal_lower_right", CausalAlignment.BOTTOM_RIGHT),
                                      ("causal-upper-left", "causal_upper_left", CausalAlignment.TOP_LEFT))
