@@ -90,6 +90,10 @@ LIMITATIONS = (
 )
 
 OPEN = (
+    Entry("cudnn-varlen-timeout", O, TORCH_CUDA, "aten._cudnn_attention_forward, MQA, causal top-left",
+          "One raw-API case ran past the worker's 120 s and the worker was killed (1 row of 316 in an untold "
+          "campaign); not yet replayed alone (a first cuDNN graph build or a hang).",
+          ("aten-cudnn-varlen-mqa-top-left-timeout.json",), REACH),
     Entry("vllm-layer-fp8-query-p-rounding", O, VLLM, "Attention layer -> TRITON_ATTN, fp8 per-tensor cache and query",
           "With the layer's fp8 query, triton_unified_attention keeps V in fp8 and multiplies P.to(V.dtype): the "
           "probabilities are rounded to e4m3. 41 of 152 rows 1.0-3.4x the fp8 limit; not yet separated from that "
