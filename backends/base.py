@@ -97,6 +97,7 @@ class Capabilities:
     window_right: bool = True  # kernel cases: the API bounds a window's right side (FlashInfer: window_left only)
     fp8_query_only: bool = False  # an fp8 cache is read only with an fp8 query (Q_FP8): drawn with one always
     fp8_model_dtypes: frozenset[DType] | None = None  # the model dtypes an fp8 cache is read with (None: any)
+    dynamic_scales_first_forward: bool = False  # dynamic scales come from the step that stored every key: no context
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
     # Spellings the call accepts for one semantic, e.g. ("unbounded_window", ("none", "minus_one", "huge")):
     # the fuzzer draws each, so every spelling is tested, not only the adapter's favourite (first: default).
@@ -198,6 +199,9 @@ class Capabilities:
             out.append(f"scale granularity={q.granularity.value} not declared")
         if q.dynamic_scales and Feature.DYNAMIC_SCALES not in self.features:
             out.append("dynamic_scales not declared")
+        if q.dynamic_scales and self.dynamic_scales_first_forward and any(s.context_len for s in case.sequences):
+            out.append("dynamic_scales with cached context: calc_kv_scales sets the scales in the first forward, the "
+                       "one that stored the context (declared dynamic_scales_first_forward)")
         return out
 
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import torch
 
-from reference.case import KVCacheDType
+from reference.case import AlibiConvention, KVCacheDType
 from reference.inputs import Inputs
 
 from . import spellings
@@ -46,13 +46,6 @@ class _UnderTheLayer:
     """Mixed into a whole backend's class (its declaration narrowing and run hooks kept): the layer drives it."""
 
     under_the_layer = True
-
-    def not_supported_reasons(self, case) -> list[str]:
-        reasons = super().not_supported_reasons(case)
-        if case.cache is not None and case.cache.quant.dynamic_scales and any(s.context_len for s in case.sequences):
-            reasons.append("dynamic_scales with cached context: calc_kv_scales sets the scales in the first forward, "
-                           "the one that stored the context")
-        return reasons
 
     def _build_layer(self, backend_cls, cfg, case, inputs: Inputs):
         from vllm.model_executor.layers.attention.attention import Attention
@@ -79,8 +72,6 @@ class _UnderTheLayer:
 
     @staticmethod
     def _alibi_sqrt(case) -> bool | None:
-        from reference.case import AlibiConvention
-
         return True if case.alibi is not None and case.alibi.convention == AlibiConvention.SQRT else None
 
     def _forward(self, layer, kv_cache, metadata, cfg, inputs: Inputs):
@@ -110,7 +101,7 @@ def vllm_attention_layer_backends() -> list[Backend]:
         name = whole.name.replace("vllm-backend-", "vllm-layer-")
         caps = replace(whole.caps, writes_output_buffer=False)  # the layer allocates its output
         if KVCacheDType.FP8_E4M3 in caps.kv_cache_dtypes:  # calc_kv_scales on fp8 per-tensor caches
-            caps = replace(caps, features=caps.features | {Feature.DYNAMIC_SCALES})
+            caps = replace(caps, features=caps.features | {Feature.DYNAMIC_SCALES}, dynamic_scales_first_forward=True)
             if whole.cls in QUANTIZES_QUERY:  # the layer hands the impl an fp8 (e4m3) query
                 # over an e5m2 cache the query is e4m3 too, which the Case's q_fp8 (e4m3 caches) does not describe
                 caps = replace(caps, features=caps.features | {Feature.Q_FP8}, fp8_query_only=True,

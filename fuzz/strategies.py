@@ -382,7 +382,11 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     cache = None
     if uses_cache and (caps.requires_cache or draw(st.booleans())):
         cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size, limits))
-    if cache is not None and attn_type == AttentionType.DECODER and BlockTableKind.SHARED_PREFIX in caps.block_tables:
+    first_forward = cache is not None and cache.quant.dynamic_scales and caps.dynamic_scales_first_forward
+    if first_forward:  # the first forward computes the scales and stores every key: prompts, no cached context
+        sequences = tuple(replace(s, context_len=0) for s in sequences)
+    if cache is not None and attn_type == AttentionType.DECODER and BlockTableKind.SHARED_PREFIX in caps.block_tables \
+            and not first_forward:
         sequences, cache = draw(shared_prefix(caps, sequences, cache))
 
     max_kv = max([kv_len(attn_type, s) for s in sequences] + [1])

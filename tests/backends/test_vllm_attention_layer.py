@@ -70,3 +70,17 @@ def test_declarations_follow_what_the_layer_does():
     assert any("calc_kv_scales" in r for r in triton.not_supported_reasons(with_context))
     assert not any("calc_kv_scales" in r for r in triton.not_supported_reasons(
         with_context.replace(cache=STATIC.cache)))
+
+
+def test_dynamic_scale_cases_are_drawn_as_the_first_forward():
+    """Capabilities.dynamic_scales_first_forward: the fuzzer draws dynamic-scale cases without cached context
+    (the step that computes the scales stores every key), so none is drawn only to be refused."""
+    from fuzz.strategies import Limits
+    from tests.repro_scripts import drawn_cases
+
+    backend = get("vllm-layer-triton")
+    dynamic = [c for c in drawn_cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), 200)
+               if c.cache is not None and c.cache.quant.dynamic_scales]
+    assert len(dynamic) >= 10
+    assert all(not any(s.context_len for s in c.sequences) for c in dynamic)
+    assert all(not backend.not_supported_reasons(c) for c in dynamic)
