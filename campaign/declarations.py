@@ -7,7 +7,9 @@ from pathlib import Path
 
 from backends.base import Feature
 from fuzz.sizes import TIERS
-from fuzz.strategies import Limits, focus_values
+from fuzz.strategies import Limits, declared_compile_keys, focus_values
+
+from .compiles import key_text
 from reference.case import AttentionType, CausalAlignment, ValueDistribution
 
 # Features only a kernel-level (raw API) case can have: a backend without that attention type never draws them.
@@ -57,13 +59,27 @@ def focused_out(declared: dict[str, list[str]], limits: Limits) -> dict[str, lis
     return {dim: values for dim, values in out.items() if values}
 
 
+def compile_keys(backend, limits: Limits = Limits()) -> list[str]:
+    """A JIT backend's declared compile keys (the rows' `compile_key` text) within `limits`; [] for an AOT one."""
+    return [key_text(k) for k in declared_compile_keys(backend.caps, limits, backend.compiled_per,
+                                                       backend.compiled_features)]
+
+
 def write_declarations(out: Path, backends: list, limits: Limits = Limits()) -> None:
-    """OUT/declarations.json: {backend: {dimension: values, "_focused_out": {dimension: values}}}."""
+    """OUT/declarations.json: {backend: {dimension: values, "_focused_out": {dimension: values}}}; a JIT backend's
+    compile keys are a dimension too, so the map shows the keys a campaign never drew."""
     path = Path(out) / "declarations.json"
     known = json.loads(path.read_text()) if path.exists() else {}
     for b in backends:
         declared = declarations(b)
-        known[b.name] = declared | {"_focused_out": focused_out(declared, limits)}
+        focused = focused_out(declared, limits)
+        keys = compile_keys(b)
+        if keys:
+            declared["compile_key"] = keys
+            kept = set(compile_keys(b, limits))
+            if kept != set(keys):
+                focused["compile_key"] = [k for k in keys if k not in kept]
+        known[b.name] = declared | {"_focused_out": focused}
     path.write_text(json.dumps(known, indent=1))
 
 

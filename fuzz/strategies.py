@@ -163,6 +163,38 @@ def compile_key(case: Case, per: tuple[str, ...], features: tuple[Feature, ...] 
     return (*(values[name] for name in per), *(f.value for f in features if f.value in on))
 
 
+def declared_compile_keys(caps: Capabilities, limits: Limits, per: tuple[str, ...],
+                          features: tuple[Feature, ...] = ()) -> list[tuple]:
+    """Every compile key (`compile_key`'s form) the declaration admits within the focus: each declared dtype,
+    (head size, value size) pair the strategies draw, kv dtype that holds them, and subset of the compile-keyed
+    features. What a campaign should build over its course; the coverage map shows the ones it never drew."""
+    if not per and not features:
+        return []
+    dtypes = [d.value for d in focus_values(caps.dtypes, limits.dtypes, lambda d: d.value)]
+    heads = [int(h) for h in focus_values(caps.head_sizes, limits.head_sizes, int)]
+    if caps.head_size_pairs is not None:
+        pairs = [p for p in caps.head_size_pairs if p[0] in heads] or list(caps.head_size_pairs)
+    elif Feature.HEAD_SIZE_V in caps.features:  # head_size_v: none, or any declared size
+        pairs = sorted({(h, v) for h in heads for v in (h, *caps.head_sizes)})
+    else:
+        pairs = [(h, h) for h in heads]
+    kvds = [k.value for k in focus_values(caps.kv_cache_dtypes, limits.kv_cache_dtypes, lambda k: k.value)] \
+        if caps.kv_layouts else ["auto"]
+    drawn = {f for f in caps.features if limits.features is None or f.value in limits.features}
+    keyed = [f.value for f in features if f in drawn]
+    out = []
+    for dtype, (h, v), kvd in itertools.product(dtypes, pairs, kvds):
+        kv = KVCacheDType(kvd)
+        if not (kv.holds(DType(dtype)) and kv.holds_heads(h, v)):
+            continue
+        values = {"dtypes": dtype, "head_sizes": (h, v), "kv_cache_dtypes": kvd}
+        for on in itertools.product([False, True], repeat=len(keyed)):
+            if dict(zip(keyed, on)).get(Feature.HEAD_SIZE_V.value, v != h) != (v != h):
+                continue  # head_size_v is on exactly where the pair differs
+            out.append((*(values[name] for name in per), *(f for f, o in zip(keyed, on) if o)))
+    return sorted(set(out), key=repr)
+
+
 ORACLE_CAPS = Capabilities(
     devices=frozenset({"cpu", "cuda"}), dtypes=frozenset(DType), head_sizes=(8, 16, 24, 32, 64),
     attn_types=frozenset(AttentionType), features=ALL_FEATURES, kv_layouts=frozenset(KVLayout),

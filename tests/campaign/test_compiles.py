@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pandas as pd
+import pytest
 
 from campaign.compiles import Backlog, CompileBudget
 from campaign.engine import CampaignConfig, run_campaign
@@ -83,6 +84,15 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
     assert table["built_s"].notna().all() and (table["built_s"] <= table["first_run_s"] + 1e-6).all()
     (keys,) = built_over_time(table)
     assert keys["built"] == keys["run"] == len(table) and "JIT compile keys" in (tmp_path / "out" / "summary.md").read_text()
+    # the declared key space is a coverage dimension: every key that ran is declared; float16 is outside the focus
+    from reports.coverage import coverage_map, load_declarations
+
+    cov = coverage_map(pd.read_csv(tmp_path / "out" / "results.csv"), load_declarations(tmp_path / "out"))
+    keys_cov = cov[cov["dimension"] == "compile_key"]
+    in_focus = keys_cov[keys_cov["in_focus"]]
+    assert keys_cov["declared"].all() and set(table["compile_key"]) <= set(in_focus["value"])
+    assert not in_focus["value"].str.contains('"float16"').any() and keys_cov["value"].str.contains('"float16"').any()
+    assert in_focus["drawn"].sum() == 60 and (in_focus["drawn"] > 0).sum() == len(table)
 
 
 def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):
@@ -92,3 +102,20 @@ def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypa
                          limits={"dtypes": ["float32", "bfloat16"], "tiers": ["small"]})
     rows = [r for r in run_campaign(cfg).rows if r.get("phase") == "generate"]
     assert len(rows) == 30 and not any(r.get("deferred") for r in rows)
+
+
+@pytest.mark.parametrize("name", ["fa4-varlen", "flashinfer-prefill-fa2", "vllm-triton-unified", "xformers-triton-splitk"])
+def test_every_drawn_case_s_compile_key_is_a_declared_one(name):
+    """The declared key space (campaign.declarations.compile_keys) holds the key of every case the fuzzer draws,
+    so a key the coverage map counts as never drawn is one the campaign could have drawn."""
+    from backends.registry import get
+    from campaign.compiles import key_text
+    from campaign.declarations import compile_keys
+    from fuzz.strategies import Limits, compile_key
+    from tests.repro_scripts import drawn_cases
+
+    backend = get(name)
+    declared = set(compile_keys(backend))
+    drawn = [key_text(compile_key(c, backend.compiled_per, backend.compiled_features))
+             for c in drawn_cases(backend.caps, Limits(max_sequences=3, max_context=24, max_query=6), 150)]
+    assert drawn and set(drawn) <= declared, sorted(set(drawn) - declared)[:3]
