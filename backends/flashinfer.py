@@ -81,6 +81,16 @@ def output_buffers(inputs: Inputs) -> dict:
                 lse=torch.full((case.num_tokens, case.num_heads), float("nan"), device=inputs.device))
 
 
+def output_buffers_source(case) -> str:
+    """`output_buffers` as script text: `kw` gets the NaN-filled out= / lse= buffers when the case spells them."""
+    if case.encoding("output", "returned") != "out":
+        return ""
+    return """    # the caller's output and LSE buffers, NaN until written
+    kw |= dict(out=torch.full((q.shape[0], H, D_V), float("nan"), dtype=DTYPE, device=DEVICE),
+               lse=torch.full((q.shape[0], H), float("nan"), device=DEVICE))
+"""
+
+
 def paged_kv(inputs: Inputs):
     pool = inputs.cache.paged
     if pool.layout in (KVLayout.FLASHINFER_NHD, KVLayout.FLASHINFER_HND):
@@ -202,10 +212,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     w = {make[0]}
     {make[1]}
     kw = dict(return_lse=True)
-    if {case.encoding("output", "returned") == "out"}:  # the caller's output and LSE buffers, NaN until written
-        kw |= dict(out=torch.full((q.shape[0], H, D_V), float("nan"), dtype=DTYPE, device=DEVICE),
-                   lse=torch.full((q.shape[0], H), float("nan"), device=DEVICE))
-    if k_scales is not None:  # fp8 cache: per-tensor dequantization scales
+{output_buffers_source(case)}    if k_scales is not None:  # fp8 cache: per-tensor dequantization scales
         kw.update(k_scale=float(k_scales[0].reshape(-1)[0]), v_scale=float(v_scales[0].reshape(-1)[0]))
     if SINKS is not None:
         kw["sinks"] = SINKS.to(DEVICE)

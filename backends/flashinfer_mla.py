@@ -13,16 +13,18 @@ from reference.inputs import Inputs
 
 from ._convert import first_call_note, lse_natural
 from .base import Actual, Backend, Capabilities, Feature, LseBase, Unsupported, cuda_library_reason
-from .flashinfer import OUTPUT_ENCODINGS, SEEN_VARIANTS, workspace, output_buffers, page_metadata
+from .flashinfer import (OUTPUT_ENCODINGS, SEEN_VARIANTS, output_buffers, output_buffers_source, page_metadata,
+                         workspace)
 
 
 class FlashInferMLA(Backend):
     """flashinfer.mla.BatchMLAPagedAttentionWrapper (absorbed MLA) on the `mla_latent` cache.
 
     The cache [num_blocks, block_size, kv_lora_rank + rope_dim] and the query [tokens, heads,
-    kv_lora_rank + rope_dim] go in packed (the wrapper's "packed" layouts); the value is the latent
+    kv_lora_rank + rope_dim] go in packed or split, as the case spells them; the value is the latent
     prefix, so head_size = kv_lora_rank + rope_dim and value_size = kv_lora_rank. fp8 e4m3 caches
-    use scale_mode "kv-per-tensor" with one scale for latent and rope parts. LSE requested base 2.
+    use scale_mode "kv-per-tensor" with one scale for latent and rope parts. The LSE is requested in
+    base 2 or e, as spelled.
     """
 
     library = "flashinfer"
@@ -110,7 +112,6 @@ class FlashInferMLA(Backend):
         qsplit = case.encoding("query_layout", "packed") == "split"
         kvsplit = case.encoding("kv_cache_layout", "packed") == "split"
         base_e = case.encoding("lse_mode", "base2") == "basee"
-        buffers = case.encoding("output", "returned") == "out"
         return f'''
 def kernel(q, ks, vs, k_scales=None, v_scales=None):
     from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
@@ -132,10 +133,7 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
     if fp8:
         s = float(k_scales[0].reshape(-1)[0])
         kw = dict(ckv_scale=s, kpe_scale=s)
-    if {buffers}:  # the caller's output and LSE buffers, NaN where nothing is written
-        kw |= dict(out=torch.full((q.shape[0], H, D_V), float("nan"), dtype=DTYPE, device=DEVICE),
-                   lse=torch.full((q.shape[0], H), float("nan"), device=DEVICE))
-    query = (q[..., :D_V].contiguous(), q[..., D_V:].contiguous()) if {qsplit} else q  # independent halves
+{output_buffers_source(case)}    query = (q[..., :D_V].contiguous(), q[..., D_V:].contiguous()) if {qsplit} else q  # independent halves
     kv = (pool[..., :D_V].contiguous(), pool[..., D_V:].contiguous()) if {kvsplit} else pool
     out, lse = w.run(query=query, kv_cache=kv, return_lse=True, return_lse_base_on_e={base_e}, **kw)
     return out, lse.float() * ({1.0 if base_e else "math.log(2)"})  # the LSE in base {"e" if base_e else "2"}

@@ -132,10 +132,10 @@ class LayerBackend(Backend):
 
         case = inputs.case
         dev = inputs.device
-        kvd = KV_DTYPE_STRINGS[case.kv_cache_dtype]
-        bs = case.cache.block_size
+        settings = cache_settings(case)
+        kvd, bs = settings["cache_dtype"], settings["block_size"]
         backend_cls = getattr(importlib.import_module(self.module), self.cls)
-        cfg = _config(case.num_heads, case.num_kv_heads, case.head_size, case.dtype.value, **cache_settings(case))
+        cfg = _config(case.num_heads, case.num_kv_heads, case.head_size, case.dtype.value, **settings)
         set_kv_cache_layout(case.encoding("cache_layout", "NHD"))
         with set_current_vllm_config(cfg):
             layer = self._build_layer(backend_cls, cfg, case, inputs)

@@ -91,9 +91,11 @@ def refusals(case: Case, operator: str) -> list[str]:
 
 
 def build(p: MaskPlan, query_lens: list[int], kv_lens: list[int], device):
-    """The attn_bias object of a packed call (not for per-sequence plans)."""
+    """The attn_bias object of the call: over the packed sequences, or for each sequence's own call."""
     from xformers.ops.fmha import attn_bias as ab
 
+    if p.per_sequence:
+        return ab.LocalAttentionFromBottomRightMask(window_left=p.sides[0], window_right=p.sides[1])
     bias = getattr(ab, p.cls).from_seqlens(query_lens, kv_lens, device=device)
     if p.local is None:
         return bias
@@ -104,6 +106,8 @@ def build(p: MaskPlan, query_lens: list[int], kv_lens: list[int], device):
 
 def source(p: MaskPlan) -> str:
     """`build` as script text (SEQS, DEVICE and `ab` in scope)."""
+    if p.per_sequence:
+        return f"ab.{p.cls}(window_left={p.sides[0]}, window_right={p.sides[1]})"
     text = f"ab.{p.cls}.from_seqlens([s[0] for s in SEQS], [s[1] for s in SEQS], device=DEVICE)"
     if p.local is not None:
         text += (f".make_local_attention({p.local})" if p.cls == CAUSAL_TOP_LEFT

@@ -26,10 +26,8 @@ import os
 
 import torch
 
-from reference.case import AttentionType, DType, KVLayout
+from reference.case import AttentionType, CausalAlignment, DType, KVLayout
 from reference.inputs import Inputs
-
-from reference.case import CausalAlignment
 
 from . import spellings, xformers_masks
 from ._convert import unpack_varlen_lse
@@ -120,20 +118,19 @@ class XformersOp(Backend):
             return f"operator {op.NAME} is not available in this build"
         return None
 
-    def _bias(self, inputs: Inputs):
-        from xformers.ops.fmha import attn_bias as ab
-
+    def _bias(self, inputs: Inputs, plan: xformers_masks.MaskPlan | None):
+        """The attn_bias object; the masks' own checks (__post_init__) refuse with xformers' words."""
         case = inputs.case
-        causal = case.is_causal
-        if self.paged:
-            cls = ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if causal else ab.PagedBlockDiagonalPaddedKeysMask
+        try:
+            if not self.paged:
+                return xformers_masks.build(plan, case.query_lens, case.kv_lens, inputs.query.device)
+            from xformers.ops.fmha import attn_bias as ab
+
+            cls = ab.PagedBlockDiagonalCausalWithOffsetPaddedKeysMask if case.is_causal else ab.PagedBlockDiagonalPaddedKeysMask
             return cls.from_seqlens(q_seqlen=case.query_lens, kv_seqlen=case.kv_lens, block_tables=inputs.block_table,
                                     page_size=case.cache.block_size, device=inputs.query.device)
-        return xformers_masks.build(xformers_masks.plan(case), case.query_lens, case.kv_lens, inputs.query.device)
-        bias = ab.BlockDiagonalMask.from_seqlens(case.query_lens, case.kv_lens, device=inputs.query.device)
-        if case.sliding_window is not None:  # attn_type=encoder: vLLM's (W-1, 0) window
-            bias = bias.make_local_attention_from_bottomright(case.sliding_window)
-        return bias
+        except (ValueError, RuntimeError) as e:
+            raise Unsupported(f"xformers attn_bias refused: {e}") from e
 
     def _call(self, q, k, v, bias, case):
         """One operator call: [1, M, G, H/G, D] in, (out, LSE) back; xformers' refusals are Unsupported."""
@@ -154,17 +151,13 @@ class XformersOp(Backend):
             raise RuntimeError(f"{op.NAME} returned no LSE (a call without keys)")
         return out, lse
 
-    def _mask(self, inputs: Inputs):
-        try:
-            return self._bias(inputs)
-        except (ValueError, RuntimeError) as e:  # the masks' own checks (__post_init__)
-            raise Unsupported(f"xformers attn_bias refused: {e}") from e
-
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
         g, per = case.num_kv_heads, case.num_heads // case.num_kv_heads
-        if not self.paged and xformers_masks.plan(case).per_sequence:
-            return self._run_per_sequence(inputs)
+        plan = None if self.paged else xformers_masks.plan(case)
+        bias = self._bias(inputs, plan)
+        if plan is not None and plan.per_sequence:
+            return self._run_per_sequence(inputs, bias)
         q = inputs.query.reshape(1, case.num_tokens, g, per, case.head_size)
         if self.paged:
             pool = inputs.cache.paged
@@ -173,25 +166,18 @@ class XformersOp(Backend):
         else:
             k = torch.cat(inputs.keys)[None, :, :, None]
             v = torch.cat(inputs.values)[None, :, :, None]
-        out, lse = self._call(q, k, v, self._mask(inputs), case)
+        out, lse = self._call(q, k, v, bias, case)
         out = out.reshape(case.num_tokens, case.num_heads, case.value_size)
         notes = {"lse_shape": list(lse.shape)}
         # [B, G, H/G, M] per sequence (rows padded) or [1, G, H/G, >= total] packed: found by fuzzing.
         lse = unpack_varlen_lse(lse.reshape(lse.shape[0], case.num_heads, -1), case.query_lens)
         return Actual(output=out.to(case.dtype.torch), lse=lse, notes=notes)
 
-    def _run_per_sequence(self, inputs: Inputs) -> Actual:
+    def _run_per_sequence(self, inputs: Inputs, bias) -> Actual:
         """A two-sided window: LocalAttentionFromBottomRightMask is dense ([B, M, ...], no block diagonal), so each
         sequence is its own call; sequences without queries are not launched."""
-        from xformers.ops.fmha import attn_bias as ab
-
         case = inputs.case
         g, per = case.num_kv_heads, case.num_heads // case.num_kv_heads
-        left, right = xformers_masks.plan(case).sides
-        try:
-            bias = ab.LocalAttentionFromBottomRightMask(window_left=left, window_right=right)
-        except ValueError as e:
-            raise Unsupported(f"xformers attn_bias refused: {e}") from e
         outs, lses = [], []
         for i, s in enumerate(case.sequences):
             if not s.query_len:
@@ -228,15 +214,15 @@ class XformersOp(Backend):
 {call}'''
         elif plan.per_sequence:  # a dense two-sided window mask: one call per sequence
             indented = "".join("    " + line + "\n" for line in call.splitlines())
-            body = f'''    bias = ab.LocalAttentionFromBottomRightMask(window_left={plan.sides[0]}, window_right={plan.sides[1]})
-    outs, start = [], 0
+            body = f'''    bias = {xformers_masks.source(plan)}
+    outs, start, queries = [], 0, q
     for (q_len, _, _), k, v in zip(SEQS, ks, vs):
         if not q_len:
             continue
-        q_i = q[start:start + q_len].reshape(1, q_len, H_KV, GROUP, D)
+        q = queries[start:start + q_len].reshape(1, q_len, H_KV, GROUP, D)
         start += q_len
         k, v = k[None, :, :, None], v[None, :, :, None]
-{indented.replace("(q, k, v,", "(q_i, k, v,")}        outs.append(out.reshape(q_len, H, D_V))
+{indented}        outs.append(out.reshape(q_len, H, D_V))
     out = torch.cat(outs)
 '''
         else:

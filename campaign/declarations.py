@@ -8,9 +8,9 @@ from pathlib import Path
 from backends.base import Feature
 from fuzz.sizes import TIERS
 from fuzz.strategies import Limits, declared_compile_keys, focus_values
+from reference.case import AttentionType, CausalAlignment, ValueDistribution
 
 from .compiles import key_text
-from reference.case import AttentionType, CausalAlignment, ValueDistribution
 
 # Features only a kernel-level (raw API) case can have: a backend without that attention type never draws them.
 KERNEL_ONLY = frozenset({"paged_kernel", "top_left", "more_queries_than_keys"})

@@ -189,9 +189,10 @@ def declared_compile_keys(caps: Capabilities, limits: Limits, per: tuple[str, ..
             continue
         values = {"dtypes": dtype, "head_sizes": (h, v), "kv_cache_dtypes": kvd}
         for on in itertools.product([False, True], repeat=len(keyed)):
-            if dict(zip(keyed, on)).get(Feature.HEAD_SIZE_V.value, v != h) != (v != h):
+            chosen = [f for f, o in zip(keyed, on) if o]
+            if Feature.HEAD_SIZE_V.value in keyed and (Feature.HEAD_SIZE_V.value in chosen) != (v != h):
                 continue  # head_size_v is on exactly where the pair differs
-            out.append((*(values[name] for name in per), *(f for f, o in zip(keyed, on) if o)))
+            out.append((*(values[name] for name in per), *chosen))
     return sorted(set(out), key=repr)
 
 
