@@ -94,8 +94,9 @@ def per_sequence(inputs: Inputs, run_one: Callable[[int, Tensor, Tensor, Tensor]
                  ) -> tuple[Tensor, Tensor | None]:
     """Call run_one(i, q [H, q, D], k [H_kv, kv, D], v) per sequence; concatenate [tokens, H, ...]."""
     outs, lses = [], []
+    starts = inputs.case.query_starts
     for i in range(len(inputs.case.sequences)):
-        a, b = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
+        a, b = starts[i], starts[i + 1]
         q = inputs.query[a:b].transpose(0, 1)
         k = inputs.keys[i].transpose(0, 1)
         v = inputs.values[i].transpose(0, 1)

@@ -246,7 +246,7 @@ class FlexPagedBackend(FlexBackend):
         max_q = max(case.max_query_len, 1)
         q = torch.zeros(batch, case.num_heads, max_q, case.head_size, dtype=inputs.query.dtype, device=dev)
         for b in range(batch):
-            a, e = int(inputs.query_start_loc[b]), int(inputs.query_start_loc[b + 1])
+            a, e = case.query_starts[b], case.query_starts[b + 1]
             q[b, :, : e - a] = inputs.query[a:e].transpose(0, 1)
         q_len = torch.tensor(case.query_lens, device=dev)
         kv_len = inputs.seq_lens.to(device=dev, dtype=torch.int64)

@@ -85,7 +85,7 @@ class NaivePaged(Backend):
         lses = torch.empty(case.num_tokens, case.num_heads, dtype=torch.float32, device=inputs.device)
         table = spellings.page_table(case, inputs.block_table)
         for i, s in enumerate(case.sequences):
-            a, b = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
+            a, b = case.query_starts[i], case.query_starts[i + 1]
             k, v = self._load(cache, table[i], case.kv_lens[i])
             out, lse = self._attend(inputs, i, inputs.query[a:b].float() if inputs.query_fp8 is None
                                     else inputs.query_fp8[a:b].float() * inputs.q_scale, k, v)

@@ -182,7 +182,7 @@ class XformersOp(Backend):
         for i, s in enumerate(case.sequences):
             if not s.query_len:
                 continue
-            a = int(inputs.query_start_loc[i])
+            a = case.query_starts[i]
             q = inputs.query[a:a + s.query_len].reshape(1, s.query_len, g, per, case.head_size)
             out, lse = self._call(q, inputs.keys[i][None, :, :, None], inputs.values[i][None, :, :, None], bias, case)
             outs.append(out.reshape(s.query_len, case.num_heads, case.value_size))

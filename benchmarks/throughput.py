@@ -1,6 +1,6 @@
 """Campaign throughput and where worker time goes, from a campaign's rows.jsonl.
 
-Usage: python benchmarks/throughput.py RESULTS_DIR [--run N]     (a Markdown table per backend)
+Usage: python benchmarks/throughput.py RESULTS_DIR [--run N] [--by-tier]     (a Markdown table per backend)
 
 - examples/s: generated examples of the backend over the span of its generated rows (all workers
   together: the aggregate rate a campaign achieves);
@@ -72,12 +72,29 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def by_tier(rows: list[dict]) -> list[dict]:
+    """Generated examples per (backend, size tier, oracle device): how many, and the mean milliseconds of each
+    measured part (generation and the harness are not per row)."""
+    groups = defaultdict(list)
+    for r in rows:
+        if r.get("phase") == "generate" and r.get("backend"):
+            groups[r["backend"], r.get("size_tier"), r.get("oracle_device")].append(r)
+    out = []
+    for (backend, tier, device), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        means = {p: 1e3 * sum(r.get(p) or 0.0 for r in rs) / len(rs) for p in PARTS}
+        out.append(dict(backend=backend, tier=tier, device=device, examples=len(rs), **means))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("results")
     p.add_argument("--run", type=int, help="only rows of this run (resumed campaigns have several)")
+    p.add_argument("--by-tier", action="store_true",
+                   help="then a table of mean milliseconds per part by size tier and oracle device")
     a = p.parse_args(argv)
-    table = summarize(rows_of(Path(a.results), a.run))
+    rows = rows_of(Path(a.results), a.run)
+    table = summarize(rows)
     print("| backend | examples | workers | examples/s | new-example share | materialize | oracle | JIT compile | "
           "kernel | compare | shrink | generation + harness | oracle on CPU |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -85,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {t['backend']} | {t['examples']} | {t['workers']} | {t['rate']:.1f} | {t['new_share']:.0f}% | "
               f"{t['materialize_s']:.0f}% | {t['oracle_s']:.0f}% | {t['compile_s']:.0f}% | {t['kernel_s']:.0f}% | "
               f"{t['compare_s']:.0f}% | {t['shrink_pct']:.0f}% | {t['rest_pct']:.0f}% | {100 * t['cpu_oracle']:.0f}% |")
+    if a.by_tier:
+        print("\n| backend | size tier | oracle on | examples | materialize ms | oracle ms | JIT compile ms | kernel ms | "
+              "compare ms |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for t in by_tier(rows):
+            print(f"| {t['backend']} | {t['tier']} | {t['device']} | {t['examples']} | " +
+                  " | ".join(f"{t[p]:.1f}" for p in PARTS) + " |")
     return 0
 
 

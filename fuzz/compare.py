@@ -20,12 +20,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from backends.base import Actual, Backend, Unsupported
 from reference.attention import Expected, attention
-from reference.case import Case, KVCacheDType
+from reference import transfer
+from reference.case import Case
 from reference.inputs import Inputs, materialize, to_device
-from reference.packed import PackedScores, pack_scores, packable, packed_attention
+from reference.packed import PackedLayout, PackedScores, pack_scores, packable, packed_baseline
 
 from .blind import shift_by_one_key
 from .judge import Verdict, judge
@@ -101,28 +103,48 @@ def oracle_and_baseline(inputs: Inputs, base_dtype: torch.dtype,
     """(expected, baseline, the packed float64 scores or None): in one padded pass per dtype where the case is
     packable (reference/packed.py), else the chunked per-sequence oracle."""
     if packed and packable(inputs):
-        scores = pack_scores(inputs)
-        return scores.attend(), packed_attention(inputs, dtype=base_dtype, reorder=True), scores
+        layout = PackedLayout.of(inputs)  # the masks, rows and biases both passes share
+        scores = pack_scores(inputs, layout=layout)
+        return scores.attend(), packed_baseline(inputs, base_dtype, layout), scores
     return attention(inputs), attention(inputs, dtype=base_dtype, reorder=True), None
 
 
+def on_host(expected: Expected, baseline: Expected, actual: Actual) -> tuple[Expected, Expected, Actual]:
+    """The oracle's, the baseline's and the kernel's outputs on the CPU, in one copy: the judge reads them with a
+    few dozen small reductions, each a device synchronisation on a GPU that 16 workers share (a written cache
+    stays where the kernel wrote it: it is compared bit for bit there)."""
+    fields = [expected.output, expected.lse, expected.num_visible, baseline.output, baseline.lse, actual.output,
+              actual.lse, actual.output_buffer]
+    present = [t for t in fields if t is not None]
+    moved = iter(transfer.move_all(present, torch.device("cpu")))
+    e_out, e_lse, e_seen, b_out, b_lse, a_out, a_lse, a_buf = (None if t is None else next(moved) for t in fields)
+    return (Expected(e_out, e_lse, e_seen), Expected(b_out, b_lse, None),
+            replace(actual, output=a_out, lse=a_lse, output_buffer=a_buf))
+
+
 def mask_shift(inputs: Inputs, expected: Expected, scores: PackedScores | None) -> tuple[float, bool]:
-    """(max |output under a one-key mask shift - expected output|, whether the shift changed any row's mask)."""
+    """(max |output under a one-key mask shift - expected output|, whether the shift changed any row's mask), read
+    back in one synchronisation (on a GPU shared by a campaign's workers each one waits its turn)."""
     if scores is not None:  # the shifted mask over the float64 scores the oracle already computed
-        shifted, changed = scores.attend_transformed(shift_by_one_key)
-        diff = shifted.output - expected.output
-        return (float(diff.abs().max()) if diff.numel() else 0.0), changed
-    changes: list[bool] = []
+        shifted, changed = scores.shifted(shift_by_one_key)
+        return _read_back(shifted.output - expected.output, changed)
+    changes: list[Tensor] = []
 
     def shift(mask):
         moved = shift_by_one_key(mask)
-        changes.append(bool((moved != mask).any()))
+        changes.append((moved != mask).any())
         return moved
 
     # float32 is plenty for a yes/no against the limit (its ~1e-7 relative error sits far below
     # every floor) and half the float64 cost on a CPU core.
     output = attention(inputs, dtype=torch.float32, mask_transform=shift).output.double()
-    return (float((output - expected.output).abs().max()) if output.numel() else 0.0), any(changes)
+    return _read_back(output - expected.output, torch.stack(changes).any() if changes else torch.tensor(False))
+
+
+def _read_back(diff: Tensor, changed: Tensor) -> tuple[float, bool]:
+    worst = diff.abs().max() if diff.numel() else diff.new_zeros(())
+    both = torch.stack([worst.double(), changed.to(device=worst.device, dtype=torch.float64)]).cpu()
+    return float(both[0]), bool(both[1])
 
 
 def evaluate(backend: Backend, case: Case, device: str | None = None, check_blind: bool = True,
@@ -171,7 +193,10 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         # kernel computed is judged over the codes it wrote, not over the oracle's
         over_written = to_device(replace(kernel_inputs, cache=actual.written_cache), odev)
         expected, baseline, scores = oracle_and_baseline(over_written, base_dtype, packed)
-    judge(row, backend.caps, oracle_inputs, expected, baseline, actual)
+    if odev.type == "cpu":
+        judge(row, backend.caps, oracle_inputs, expected, baseline, actual)
+    else:
+        judge(row, backend.caps, oracle_inputs, *on_host(expected, baseline, actual))
     if check_blind and row["verdict"] == Verdict.PASS.value:
         visible_change, changed = mask_shift(oracle_inputs, expected, scores)
         row["mask_shift_error"] = visible_change if changed else None

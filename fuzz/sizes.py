@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from backends.base import Capabilities, Feature
 from reference.case import AttentionType, SequenceSpec
 
+from .cached import memo, pick
+
 TIERS = ("small", "tile", "long")
 # >= 20% of cases over 128 keys and >= 5% over 512 (measured: benchmarks/results/reach-*.md); long cases
 # cost the most to draw and judge, so they get the share the target needs, not more.
@@ -36,10 +38,11 @@ def _capped(values: tuple[int, ...], cap: int | None) -> list[int]:
     return kept or [min(values) if cap is None else max(1, cap)]
 
 
+@memo
 def _edge_length(max_len: int, block_size: int | None, query_len: int) -> st.SearchStrategy[int]:
     """Context lengths: total length at -1/0/+1 of a block boundary, or of 64 keys, or anywhere."""
     plain = st.integers(0, max_len)
-    tile = st.sampled_from([63, 64, 65]).map(lambda n: max(0, min(max_len, n - query_len)))  # the 64-key tile edge
+    tile = pick([63, 64, 65]).map(lambda n: max(0, min(max_len, n - query_len)))  # the 64-key tile edge
     if not block_size:
         return st.one_of(st.just(0), st.just(1), plain, tile)
     blocks = max(1, max_len // block_size)
@@ -48,16 +51,18 @@ def _edge_length(max_len: int, block_size: int | None, query_len: int) -> st.Sea
         n, delta = pair
         return max(0, min(max_len, n * block_size + delta - query_len))
 
-    edge = st.tuples(st.integers(1, blocks), st.sampled_from([-1, 0, 1])).map(at_edge)
+    edge = st.tuples(st.integers(1, blocks), pick([-1, 0, 1])).map(at_edge)
     return st.one_of(edge, st.just(0), plain, tile)
 
 
+@memo
 def _tier_keys(tier: str, limits, cap: int | None) -> st.SearchStrategy[int]:
     if tier == "tile":
-        return st.sampled_from(_capped(TILE_KEYS, cap))
-    return st.sampled_from(_capped(tuple(k for k in LONG_KEYS if k <= limits.max_long_context) or (600,), cap))
+        return pick(_capped(TILE_KEYS, cap))
+    return pick(_capped(tuple(k for k in LONG_KEYS if k <= limits.max_long_context) or (600,), cap))
 
 
+@memo
 @st.composite
 def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, block_size: int | None,
                    decode_only: bool = False, tier: str = "small") -> SequenceSpec:
@@ -71,7 +76,7 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
         kinds = ["decode", "prefill", "chunked", "spec"] if with_context else ["prefill"]
         if tier == "long" and with_context:
             kinds.remove("prefill")
-        kind = "decode" if decode_only and with_context else draw(st.sampled_from(kinds))
+        kind = "decode" if decode_only and with_context else draw(pick(kinds))
         if kind == "decode":
             q = 1
         elif kind == "spec":
@@ -79,9 +84,9 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
         elif tier == "long":
             q = draw(st.integers(min_q if kind == "chunked" else 1, few_q))
         elif tier == "tile" and kind == "prefill":
-            q = draw(st.sampled_from(tile_q))  # a prefill's keys are its queries: they cross the tiles
+            q = draw(pick(tile_q))  # a prefill's keys are its queries: they cross the tiles
         elif tier == "tile":
-            q = draw(st.sampled_from(tile_q) | st.integers(min_q if kind == "chunked" else 1, max(1, max_q)))
+            q = draw(pick(tile_q) | st.integers(min_q if kind == "chunked" else 1, max(1, max_q)))
         else:
             q = draw(st.integers(min_q if kind == "chunked" else 1, max_q))
         ctx = 0
@@ -105,10 +110,10 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
         # leaves the first rows with no key under bottom-right causality).
         if tier == "small":
             q = draw(st.integers(max(1, min_q), max(1, max_q)))
-            k = draw(st.sampled_from([q, q + 1, max(q - 1, 0), 0]) | st.integers(0, limits.max_context))
+            k = draw(pick([q, q + 1, max(q - 1, 0), 0]) | st.integers(0, limits.max_context))
         elif tier == "tile":
-            q = draw(st.sampled_from(tile_q) | st.integers(1, max(1, max_q)))
-            k = draw(_tier_keys(tier, limits, caps.max_kv_len) | st.sampled_from([q, q + 1, max(q - 1, 0)]))
+            q = draw(pick(tile_q) | st.integers(1, max(1, max_q)))
+            k = draw(_tier_keys(tier, limits, caps.max_kv_len) | pick([q, q + 1, max(q - 1, 0)]))
         else:
             q = draw(st.integers(1, few_q))
             k = draw(_tier_keys(tier, limits, caps.max_kv_len))
@@ -119,4 +124,4 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
     if tier == "small":
         return SequenceSpec(query_len=draw(st.integers(max(1, min_q), max(limits.max_query, 1))))
     lengths = TILE_KEYS if tier == "tile" else tuple(k for k in LONG_KEYS if k <= LONG_ENCODER)
-    return SequenceSpec(query_len=draw(st.sampled_from(_capped(lengths, caps.max_query_len))))
+    return SequenceSpec(query_len=draw(pick(_capped(lengths, caps.max_query_len))))

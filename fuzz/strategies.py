@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from backends.base import ALL_FEATURES, Capabilities, Feature
 
+from .cached import memo, or_none, pick
 from .sizes import TIER_WEIGHTS, TIERS, sequence_specs
 from reference.scores import standard_alibi_slopes
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
@@ -233,9 +234,10 @@ def _sometimes(draw, caps: Capabilities, feature: Feature, strategy: st.SearchSt
     """None (feature off: the simplest value, so shrinking drops it) or a draw from `strategy`."""
     if not _has(caps, feature):
         return None
-    return draw(st.none() | strategy)
+    return draw(or_none(strategy))
 
 
+@memo
 @st.composite
 def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
     """(num_heads, num_kv_heads) with odd GQA ratios and MQA where declared."""
@@ -245,7 +247,7 @@ def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
     if _has(caps, sharing):
         ratios += [r for r in GQA_RATIOS[1:] if (caps.max_head_group is None or r <= caps.max_head_group)
                    and (caps.head_groups is None or r in caps.head_groups)]
-    ratio = draw(st.sampled_from(ratios))
+    ratio = draw(pick(ratios))
     return kv * ratio, kv
 
 
@@ -264,6 +266,7 @@ def shared_prefix(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...],
     return lifted, replace(cache, table=BlockTableKind.SHARED_PREFIX, prefix_blocks=blocks)
 
 
+@memo
 @st.composite
 def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_size: int,
                 head_size_v: int, block_size: int, limits: Limits = Limits()) -> CacheSpec:
@@ -278,7 +281,7 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
                  or [d for d in sorted(caps.kv_cache_dtypes, key=lambda x: x.value) if fits(d)])
     if not kv_dtypes:  # e.g. int4 declared alone and a head size it cannot rotate
         reject()
-    kvd = draw(st.sampled_from(kv_dtypes))
+    kvd = draw(pick(kv_dtypes))
     if kvd.is_int8:
         layouts = [x for x in layouts if x == KVLayout.FLASH_HND]
     elem_bytes = 1 if kvd.is_one_byte else dtype.torch.itemsize
@@ -290,16 +293,16 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
         layouts = [x for x in layouts if x != KVLayout.MLA_LATENT]
     if not layouts:  # no declared layout can hold this draw (e.g. int8 kv without flash_hnd): never an invalid case
         reject()
-    choice = st.sampled_from(layouts)
+    choice = pick(layouts)
     if KVLayout.MLA_LATENT in layouts:  # rare (one kv head, no wider value, no int8): weight it when it is possible
         choice = choice | choice | st.just(KVLayout.MLA_LATENT)
     layout = draw(choice)
     tables = sorted(caps.block_tables - {BlockTableKind.SHARED_PREFIX}, key=lambda x: x.value)
-    table = draw(st.sampled_from(tables)) if tables else BlockTableKind.CONTIGUOUS  # shared_prefix() sets its own
+    table = draw(pick(tables)) if tables else BlockTableKind.CONTIGUOUS  # shared_prefix() sets its own
     grans = sorted(caps.scale_granularities, key=lambda x: x.value)
-    gran = draw(st.sampled_from(grans)) if kvd.is_fp8 else ScaleGranularity.PER_TENSOR
+    gran = draw(pick(grans)) if kvd.is_fp8 else ScaleGranularity.PER_TENSOR
     n = num_kv_heads if gran == ScaleGranularity.PER_KV_HEAD else 1
-    scale = st.sampled_from([1.0, 0.5, 0.25, 0.75, 2.0, 0.03125])
+    scale = pick([1.0, 0.5, 0.25, 0.75, 2.0, 0.03125])
     k_scales = tuple(draw(st.lists(scale, min_size=n, max_size=n))) if kvd.is_fp8 else (1.0,) * n
     v_scales = tuple(draw(st.lists(scale, min_size=n, max_size=n))) if kvd.is_fp8 else (1.0,) * n
     if layout == KVLayout.MLA_LATENT:
@@ -308,16 +311,16 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
                    and draw(st.booleans()))
     q_fp8 = None
     if kvd == KVCacheDType.FP8_E4M3 and Feature.Q_FP8 in caps.features:
-        q_scales = st.sampled_from([0.5, 0.75, 1.0])
+        q_scales = pick([0.5, 0.75, 1.0])
         q_fp8 = draw(q_scales if caps.fp8_query_only else st.none() | q_scales)
         if dynamic and q_fp8 is not None:
             q_fp8 = 1.0  # the query's scale is computed with the others (Quant.dynamic_scales)
-    spare = draw(st.sampled_from([0, 0, 1, 3]))
-    padding = draw(st.sampled_from([0, 0, 1, 2])) if caps.writes_cache else 0
+    spare = draw(pick([0, 0, 1, 3]))
+    padding = draw(pick([0, 0, 1, 2])) if caps.writes_cache else 0
     layers = layer = 0
     if (Feature.LAYERED_CACHE in caps.features and layout in (KVLayout.FLASH_NHD, KVLayout.FLASH_HND)
             and head_size_v == head_size and kvd != KVCacheDType.INT8_K_FP16_V):
-        layers = draw(st.sampled_from([0, 0, 0, 1, 3]))
+        layers = draw(pick([0, 0, 0, 1, 3]))
         layer = draw(st.integers(0, max(layers - 1, 0)))
     return CacheSpec(layout=layout, block_size=block_size, table=table, spare_blocks=spare, padding_slots=padding,
                      layers=layers, layer=layer,
@@ -326,17 +329,19 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
                                  dynamic_scales=dynamic, q_fp8_scale=q_fp8))
 
 
+@memo
 @st.composite
 def block_sparse_params(draw) -> BlockSparse:
     """vLLM's BlocksparseParams, tiny blocks so a short sequence spans several; TP ranks included."""
-    tp_size = draw(st.sampled_from([1, 1, 2, 4]))
-    homo = draw(st.sampled_from(["no", "no", "head", "group"]))
-    return BlockSparse(block_size=draw(st.sampled_from([1, 2, 3, 4, 8])), local_blocks=draw(st.integers(0, 3)),
+    tp_size = draw(pick([1, 1, 2, 4]))
+    homo = draw(pick(["no", "no", "head", "group"]))
+    return BlockSparse(block_size=draw(pick([1, 2, 3, 4, 8])), local_blocks=draw(st.integers(0, 3)),
                        vert_stride=draw(st.integers(1, 8)), homo_head=homo == "head", homo_head_group=homo == "group",
                        head_sliding_step=draw(st.none() | st.none() | st.integers(0, 3)),
                        tp_size=tp_size, tp_rank=draw(st.integers(0, tp_size - 1)))
 
 
+@memo
 @st.composite
 def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...], window: int | None) -> dict:
     """Case fields for vLLM's extra decoder mask rules, each where declared: chunk lookback (on a drawn
@@ -344,12 +349,12 @@ def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...
     new-token boundary (and past the sequence's end: chunked prefill inside an image), qq_bias."""
     rules: dict = {}  # each rule is on at the largest draw, so shrinking (towards 0) switches it off
     if window is not None and _has(caps, Feature.CHUNK_LOOKBACK) and draw(st.integers(0, 2)) == 2:
-        rules["chunk_lookback"] = draw(st.sampled_from([lb for lb in (0, 1, 2, 3) if window // (lb + 1) >= 1]))
+        rules["chunk_lookback"] = draw(pick([lb for lb in (0, 1, 2, 3) if window // (lb + 1) >= 1]))
     elif window is None and _has(caps, Feature.GLOBAL_PREFIX) and draw(st.integers(0, 1)) == 1:
         kv = max(s.context_len + s.query_len for s in sequences)
-        prefix = [draw(st.sampled_from(sorted({0, 1, s.context_len, s.context_len + s.query_len}))
+        prefix = [draw(pick(sorted({0, 1, s.context_len, s.context_len + s.query_len}))
                        | st.integers(0, s.context_len + s.query_len)) for s in sequences]
-        rules["global_prefix"] = GlobalPrefix(draw(st.sampled_from(sorted({1, 2, max(1, kv // 2), kv}))
+        rules["global_prefix"] = GlobalPrefix(draw(pick(sorted({1, 2, max(1, kv // 2), kv}))
                                                    | st.integers(1, kv + 1)), tuple(prefix))
     if _has(caps, Feature.PREFIX_LM) and draw(st.integers(0, 2)) == 2:
         rules["bidirectional_ranges"] = tuple(draw(_ranges(s)) for s in sequences)
@@ -358,6 +363,7 @@ def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...
     return rules
 
 
+@memo
 def _ranges(seq: SequenceSpec) -> st.SearchStrategy:
     """0-2 inclusive (start, end) ranges of one sequence; the first often straddles the first new token,
     where a range changes what a query sees (a range wholly in the context only matters to earlier steps)."""
@@ -367,36 +373,66 @@ def _ranges(seq: SequenceSpec) -> st.SearchStrategy:
     return st.lists(straddle | st.tuples(point, point), max_size=2).map(tuple)
 
 
+# Strategies `cases` draws from whose arguments depend on earlier draws: built once per argument (fuzz.cached).
+@memo
+def _more_sequences(attn_type: AttentionType, caps: Capabilities, limits: Limits, block_size: int | None,
+                    decode_only: bool) -> st.SearchStrategy:
+    return st.lists(sequence_specs(attn_type, caps, limits, block_size, decode_only), max_size=limits.max_sequences - 1)
+
+
+@memo
+def _window_pair(boundary: tuple[int, ...], sizes: tuple[int, ...], right: bool) -> st.SearchStrategy:
+    """A kernel window (left, right): each side unbounded, at a boundary or a size class (right: where declared)."""
+    side = st.none() | pick(boundary) | pick(sizes)
+    return st.tuples(side, side if right else st.none())
+
+
+@memo
+def _window_w(boundary: tuple[int, ...], sizes: tuple[int, ...], max_kv: int) -> st.SearchStrategy:
+    """vLLM's sliding window W >= 1: at a boundary, a size class, or any up to past the longest sequence."""
+    return pick([w for w in boundary if w >= 1] or [1]) | pick([w for w in sizes if w >= 1]) | st.integers(1, max_kv + 2)
+
+
+@memo
+def _sinks(num_heads: int) -> st.SearchStrategy:
+    return st.lists(st.floats(-4.0, 6.0, allow_nan=False), min_size=num_heads, max_size=num_heads).map(tuple)
+
+
+@memo
+def _far_sink(num_heads: int) -> st.SearchStrategy:
+    """None, or (head, logit) of one head's sink far above / below the scores."""
+    return st.none() | st.tuples(st.integers(0, num_heads - 1), pick([-100.0, -30.0, 30.0, 100.0]))
+
+
 @st.composite
 def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> Case:
     """A Case inside `caps`, sized by `limits`."""
     if limits.features is not None:  # the focus: declared features left out are never drawn
         caps = replace(caps, features=frozenset(f for f in caps.features if f.value in limits.features))
-    attn_type = draw(st.sampled_from(focus_values(caps.attn_types, limits.attn_types, key=lambda t: t.value)))
-    dtype = draw(st.sampled_from(focus_values(caps.dtypes, limits.dtypes, key=lambda d: d.value)))
+    attn_type = draw(pick(focus_values(caps.attn_types, limits.attn_types, key=lambda t: t.value)))
+    dtype = draw(pick(focus_values(caps.dtypes, limits.dtypes, key=lambda d: d.value)))
     num_heads, num_kv_heads = draw(heads(caps, limits))
     sizes = focus_values(caps.head_sizes, limits.head_sizes)
     odd = [h for h in sizes if h & (h - 1)] or sizes  # not a power of two: padded tiles, tail masks
-    head_size = draw(st.sampled_from(sizes) | st.just(sizes[-1]) | st.sampled_from(odd))
+    head_size = draw(pick(sizes) | st.just(sizes[-1]) | pick(odd))
     head_size_v = None
     if caps.head_size_pairs is not None:  # tied sizes (MLA: key = latent + rope, value = latent)
         pairs = [p for p in caps.head_size_pairs if p[0] in sizes] or list(caps.head_size_pairs)
-        head_size, head_size_v = draw(st.sampled_from(pairs))
+        head_size, head_size_v = draw(pick(pairs))
     elif _has(caps, Feature.HEAD_SIZE_V):
-        head_size_v = draw(st.none() | st.sampled_from(sorted(caps.head_sizes)))
+        head_size_v = draw(st.none() | pick(sorted(caps.head_sizes)))
     value_size = head_size_v or head_size
 
     paged_types = (AttentionType.DECODER, AttentionType.ENCODER_DECODER) + (
         (AttentionType.KERNEL,) if _has(caps, Feature.PAGED_KERNEL) else ())
     uses_cache = attn_type in paged_types and bool(caps.kv_layouts)
-    block_size = draw(st.sampled_from(sorted(caps.block_sizes))) if uses_cache else None
+    block_size = draw(pick(sorted(caps.block_sizes))) if uses_cache else None
     # A batch of pure decodes is its own regime (vLLM's decode kernels, CUDA graphs): give it weight.
     decode_only = attn_type == AttentionType.DECODER and draw(st.integers(0, 3)) == 0
     tiers = [t for t in TIER_WEIGHTS if limits.tiers is None or t in limits.tiers] or ["small"]
-    tier = draw(st.sampled_from(tiers))
+    tier = draw(pick(tiers))
     first = draw(sequence_specs(attn_type, caps, limits, block_size, decode_only, tier))
-    sequences = (first,) + tuple(draw(st.lists(sequence_specs(attn_type, caps, limits, block_size, decode_only),
-                                               max_size=limits.max_sequences - 1)))
+    sequences = (first,) + tuple(draw(_more_sequences(attn_type, caps, limits, block_size, decode_only)))
     if caps.min_query_len > 1 or caps.min_kv_len > 0:  # lift lengths to the declared minimums
         def lifted(s: SequenceSpec) -> SequenceSpec:
             q = max(s.query_len, caps.min_query_len) if s.query_len else 0
@@ -428,23 +464,20 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     sizes = window_sizes(max_kv, max_q)
     boundary = window_boundary(max_kv, max_q)  # weighted: where masks start or stop cutting
     if attn_type == AttentionType.KERNEL:
-        side = st.none() | st.sampled_from(boundary) | st.sampled_from(sizes)
-        right = side if caps.window_right else st.none()
-        kernel = dict(causal=draw(st.sampled_from(sorted(caps.causal_modes))),
-                      causal_alignment=draw(st.sampled_from(sorted(caps.causal_alignments, key=lambda a: a.value))),
-                      window=_sometimes(draw, caps, Feature.WINDOW, st.tuples(side, right)))
+        kernel = dict(causal=draw(pick(sorted(caps.causal_modes))),
+                      causal_alignment=draw(pick(sorted(caps.causal_alignments, key=lambda a: a.value))),
+                      window=_sometimes(draw, caps, Feature.WINDOW,
+                                        _window_pair(tuple(boundary), tuple(sizes), caps.window_right)))
         if kernel["window"] == (None, None):
             kernel["window"] = None  # no bound on either side is no window: one spelling (encodings draw the others)
     window = None
     if attn_type not in (AttentionType.ENCODER_DECODER, AttentionType.KERNEL):
-        window = _sometimes(draw, caps, Feature.WINDOW, st.sampled_from([w for w in boundary if w >= 1] or [1])
-                            | st.sampled_from([w for w in sizes if w >= 1]) | st.integers(1, max_kv + 2))
-    soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, st.sampled_from([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]))
+        window = _sometimes(draw, caps, Feature.WINDOW, _window_w(tuple(boundary), tuple(sizes), max_kv))
+    soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, pick([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]))
     # Sinks near the scores, and on one head sometimes far above / below them: a kernel's running max must
     # start from the sink (the other heads keep the case able to see mask bugs).
-    sinks = _sometimes(draw, caps, Feature.SINKS, st.lists(st.floats(-4.0, 6.0, allow_nan=False), min_size=num_heads,
-                                                           max_size=num_heads).map(tuple))
-    far = draw(st.none() | st.tuples(st.integers(0, num_heads - 1), st.sampled_from([-100.0, -30.0, 30.0, 100.0])))
+    sinks = _sometimes(draw, caps, Feature.SINKS, _sinks(num_heads))
+    far = draw(_far_sink(num_heads))
     if sinks is not None and far is not None:
         sinks = tuple(far[1] if h == far[0] else x for h, x in enumerate(sinks))
     if sinks is not None:  # a sink is a model weight: stored in the model's dtype
@@ -452,12 +485,12 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     alibi = None
     if _has(caps, Feature.ALIBI) and (caps.alibi_attn_types is None or attn_type in caps.alibi_attn_types) \
             and draw(st.booleans()):
-        convention = draw(st.sampled_from(sorted(caps.alibi_conventions, key=lambda c: c.value)))
-        factor = 1.0 if caps.alibi_standard_slopes else draw(st.sampled_from([1.0, 0.25, 4.0]))
+        convention = draw(pick(sorted(caps.alibi_conventions, key=lambda c: c.value)))
+        factor = 1.0 if caps.alibi_standard_slopes else draw(pick([1.0, 0.25, 4.0]))
         alibi = Alibi(tuple(s * factor for s in standard_alibi_slopes(num_heads)), convention)
     chunk = None
     if attn_type == AttentionType.DECODER:
-        chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, st.sampled_from([1, 2, 4, 8, 16]) | st.integers(1, 40))
+        chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, pick([1, 2, 4, 8, 16]) | st.integers(1, 40))
     sparse = None
     if attn_type == AttentionType.DECODER:
         sparse = _sometimes(draw, caps, Feature.BLOCK_SPARSE, block_sparse_params())
@@ -480,10 +513,10 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         # (4 of 9 left vLLM's split-KV decode 8.8 % blind on the CPU twins:
         # campaigns/flashinfer-alibi-softcap-10k-h100-2026-11-24.md)
         classes = [ValueDistribution.EDGE, *classes, *[ValueDistribution.EDGE] * 7]
-    distribution = draw(st.sampled_from(classes))
+    distribution = draw(pick(classes))
     if distribution == ValueDistribution.OUTLIERS:  # its 8x channels and tokens already make 64x logits: a larger
         logit_scales = [s for s in logit_scales if s <= 4.0]  # scale only makes a one-hot row no mask shift moves
-    logit_scale = draw(st.sampled_from(logit_scales))
+    logit_scale = draw(pick(logit_scales))
     if logit_scale >= SHARP_LOGITS and distribution != ValueDistribution.EDGE and draw(st.booleans()):
         # At logit scales >= 8 rows are near one-hot on whichever key scores highest: a one-key shift moves them
         # only when that key is the edge one (vLLM's kernels, bf16: 24-38 % of such cases were blind)
@@ -496,8 +529,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     values = Values(distribution=distribution, logit_scale=logit_scale,
                     outliers_at_edge=distribution == ValueDistribution.OUTLIERS, edge_value_gain=gain)
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
-    scale = draw(st.sampled_from(scales)) if draw(st.integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
-    encodings = tuple((name, draw(st.sampled_from(spellings))) for name, spellings in caps.encodings)
+    scale = draw(pick(scales)) if draw(st.integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
+    encodings = tuple((name, draw(pick(spellings))) for name, spellings in caps.encodings)
     seed = draw(st.integers(0, 2**31 - 1))
     if kernel and kernel["causal"] and caps.causal_equal_lengths:
         sequences = tuple(replace(s, key_len=s.query_len) for s in sequences)

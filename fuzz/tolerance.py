@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from reference.case import DType, KVCacheDType
+from reference.softmax import all_finite
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class Limits:
     max_limit: float
     mean_limit: float
     floor: float
+    baseline_max: float = 0.0  # max / mean |baseline - expected| over the finite elements
+    baseline_mean: float = 0.0
 
 
 FP32_EPS = 2.0**-23
@@ -93,7 +96,7 @@ def logit_rounding_floor(expected: Tensor, lse: Tensor) -> float:
     2 * eps_fp32 * max|s| * max|out|; max|s| <= max LSE. Logits live in fp32 in every kernel, so the
     fp32 eps applies to all dtypes (negligible beside the fp16 / bf16 floors).
     """
-    finite = lse[torch.isfinite(lse)]
+    finite = lse if all_finite(lse) else lse[torch.isfinite(lse)]
     if expected.numel() == 0 or finite.numel() == 0:
         return 0.0
     return 2.0 * FP32_EPS * max(1.0, float(finite.abs().max())) * float(expected.abs().max())
@@ -102,8 +105,8 @@ def logit_rounding_floor(expected: Tensor, lse: Tensor) -> float:
 def limits(rule: ToleranceRule, expected: Tensor, baseline: Tensor, dtype: torch.dtype,
            lse: Tensor | None = None) -> Limits:
     """The max and mean error limits for one comparison."""
-    finite = torch.isfinite(expected) & torch.isfinite(baseline)
-    if not bool(finite.all()):  # (a copy only where something is not finite)
+    if not (all_finite(expected) and all_finite(baseline)):  # (a copy only where something is not finite)
+        finite = torch.isfinite(expected) & torch.isfinite(baseline)
         expected, baseline = expected[finite], baseline[finite]
     diff = (baseline - expected).abs()
     base_max = float(diff.max()) if diff.numel() else 0.0
@@ -111,4 +114,4 @@ def limits(rule: ToleranceRule, expected: Tensor, baseline: Tensor, dtype: torch
     floor = max(rounding_floor(expected, dtype), rule.abs_floor)
     if lse is not None:
         floor += logit_rounding_floor(expected, lse)
-    return Limits(rule.factor * base_max + floor, rule.mean_factor * base_mean + floor / 4, floor)
+    return Limits(rule.factor * base_max + floor, rule.mean_factor * base_mean + floor / 4, floor, base_max, base_mean)

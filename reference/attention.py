@@ -47,7 +47,7 @@ def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bo
     outputs, lses, counts = [], [], []
     query = query_for_oracle(inputs, dtype)
     for i, seq in enumerate(case.sequences):
-        start, end = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
+        start, end = case.query_starts[i], case.query_starts[i + 1]
         k, v = sequence_kv(inputs, i, dtype)
         mask = visible(case, seq, i).to(query.device)
         if mask_transform is not None:

@@ -6,6 +6,7 @@ file alone replays a finding. Every knob is keyword-only and its default means "
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -297,6 +298,12 @@ class Case:
         return [kv_len(self.attn_type, s) for s in self.sequences]
 
     @property
+    def query_starts(self) -> list[int]:
+        """B + 1 offsets of each sequence's first token in the flat query: Inputs.query_start_loc on the host (read
+        there, an adapter on a GPU would wait for a device-to-host copy per sequence)."""
+        return [0, *itertools.accumulate(self.query_lens)]
+
+    @property
     def max_query_len(self) -> int:
         return max(self.query_lens, default=0)
 
@@ -408,7 +415,13 @@ class Case:
         return _to_jsonable(self)
 
     def to_json(self, **kw: Any) -> str:
-        return json.dumps(self.to_dict(), **kw)
+        if kw:
+            return json.dumps(self.to_dict(), **kw)
+        text = self.__dict__.get("_json")  # a frozen Case's JSON never changes: a row, a beat and a repeat check
+        if text is None:                    # each ask for it (0.14 ms a case on one CPU thread)
+            text = json.dumps(self.to_dict())
+            object.__setattr__(self, "_json", text)
+        return text
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Case":

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import int4, layouts, quant
+from . import int4, layouts, quant, transfer
 from .case import AttentionType, BlockTableKind, Case, KVCacheDType, KVLayout, ValueDistribution
 from .layouts import PagedCache
 
@@ -85,12 +85,10 @@ def materialize(case: Case, device: torch.device | str = "cpu") -> Inputs:
     keys = [k.to(dtype) for k in keys]
     values = [v.to(dtype) for v in values]
 
-    q_lens = torch.tensor(case.query_lens, dtype=torch.int32)
     kv_lens = torch.tensor(case.kv_lens, dtype=torch.int32)
-    query_start_loc = torch.nn.functional.pad(torch.cumsum(q_lens, 0), (1, 0)).to(torch.int32)
+    query_start_loc = torch.tensor(case.query_starts, dtype=torch.int32)
     new_keys, new_values = _new_tokens(case, keys, values)
-    new_lens = torch.tensor([k.shape[0] for k in new_keys], dtype=torch.int32)
-    key_start_loc = torch.nn.functional.pad(torch.cumsum(new_lens, 0), (1, 0)).to(torch.int32)
+    key_start_loc = torch.tensor([0, *itertools.accumulate(k.shape[0] for k in new_keys)], dtype=torch.int32)
     key = torch.cat(new_keys) if new_keys else torch.empty(0, case.num_kv_heads, case.head_size, dtype=dtype)
     value = torch.cat(new_values) if new_values else torch.empty(0, case.num_kv_heads, case.value_size, dtype=dtype)
 
@@ -121,20 +119,33 @@ def materialize(case: Case, device: torch.device | str = "cpu") -> Inputs:
 
 
 def to_device(inputs: Inputs, device: torch.device | str) -> Inputs:
-    """The same inputs with every tensor moved to `device`."""
+    """The same inputs with every tensor moved to `device` (from the CPU: in one copy, `reference.transfer`)."""
     device = torch.device(device)
     if device.type == "cpu" and inputs.query.device.type == "cpu":
         return inputs
+    if device.type == "cpu" or inputs.query.device.type != "cpu":
+        return map_tensors(inputs, lambda t: t.to(device))
+    # A paged cache's storage moves on its own: kernels and vLLM's layer bind it as the whole allocation it is.
+    staged: list[Tensor] = []
+    map_tensors(inputs, lambda t: staged.append(t) or t, storage=lambda t: t)
+    moved = iter(transfer.move_all(staged, device))
+    return map_tensors(inputs, lambda t: next(moved), storage=lambda t: t.to(device))
+
+
+def map_tensors(inputs: Inputs, fn, storage=None) -> Inputs:
+    """Inputs with every tensor t replaced by fn(t), in one fixed order; a paged cache's tensors by storage(t)
+    (default fn) through `with_storage`, so a layered cache keeps its aliasing and memory order."""
+    storage = fn if storage is None else storage
 
     def move(x):
         if x is None:
             return None
         if isinstance(x, Tensor):
-            return x.to(device)
+            return fn(x)
         if isinstance(x, tuple):
             return tuple(move(t) for t in x)
         if isinstance(x, KVCache):
-            return KVCache(x.paged.with_storage(lambda t: t.to(device)), x.kv_cache_dtype, move(x.k_scale), move(x.v_scale),
+            return KVCache(x.paged.with_storage(storage), x.kv_cache_dtype, move(x.k_scale), move(x.v_scale),
                            move(x.k_scale_cache), move(x.v_channel_scale), move(x.k_token_scales), move(x.v_token_scales))
         return x
 

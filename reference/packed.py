@@ -13,6 +13,7 @@ Cases too large for one score tensor (`packable`) keep the chunked path.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, new_token_bias, product, query_for_oracle,
+from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, new_token_bias, query_for_oracle,
                         sequence_kv)
 from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap
@@ -63,6 +64,62 @@ def _pad(parts: list[Tensor], length: int) -> Tensor:
     return out
 
 
+def _on_cpu_in(dtype: torch.dtype, t: Tensor) -> Tensor:
+    """float16 on the CPU goes through float32 (see `reference.attention.product`: the CPU has no float16 GEMM)."""
+    return t.float() if dtype == torch.float16 and t.device.type == "cpu" else t
+
+
+def score_product(qg: Tensor, k: Tensor) -> Tensor:
+    """einsum("bqngd,bknd->bngqk", qg, k) as one batched matmul, reshaped to [B, H, Q, K] (h = n * G + g).
+    The same sums as the einsum (both are one bmm over d); written out because einsum's planning was the largest
+    single cost of a small case (100 us a call on one CPU thread: benchmarks/results/throughput/)."""
+    b, q, n, g, d = qg.shape
+    dtype = qg.dtype
+    a = _on_cpu_in(dtype, qg).permute(0, 2, 3, 1, 4).reshape(b, n, g * q, d)
+    s = torch.matmul(a, _on_cpu_in(dtype, k).permute(0, 2, 3, 1))  # [B, N, G*Q, K]
+    return s.to(dtype).reshape(b, n * g, q, k.shape[1])
+
+
+def value_product(p: Tensor, v: Tensor) -> Tensor:
+    """einsum("bngqk,bknd->bqngd", p, v) as one batched matmul, reshaped to [B, Q, H, D_v]."""
+    b, n, g, q, k = p.shape
+    dtype = p.dtype
+    o = torch.matmul(_on_cpu_in(dtype, p).reshape(b, n, g * q, k), _on_cpu_in(dtype, v).permute(0, 2, 1, 3))
+    return o.to(dtype).reshape(b, n, g, q, -1).permute(0, 3, 1, 2, 4).reshape(b, q, n * g, v.shape[-1])
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """What the padded passes of one case share whatever their dtype: the mask [B, H|1, Q, K] (False on padding),
+    the real rows [B, Q], each sequence's key count [B], the query positions [B, Q] (ALiBi) and the qq_bias
+    scores [B, Q, K] or None."""
+
+    mask: Tensor
+    rows: Tensor
+    num_keys: Tensor
+    q_pos: Tensor
+    bias: Tensor | None
+
+    @staticmethod
+    def of(inputs: Inputs) -> "PackedLayout":
+        case = inputs.case
+        dev = inputs.query.device
+        max_q, max_k = case.max_query_len, case.max_kv_len
+        masks, q_pos, biases = [], [], []
+        for i, seq in enumerate(case.sequences):
+            mask = visible(case, seq, i)
+            masks.append(torch.nn.functional.pad(mask, (0, max_k - mask.shape[-1], 0, max_q - mask.shape[-2])))
+            q_pos.append(torch.nn.functional.pad(query_positions(case, seq), (0, max_q - seq.query_len)))
+            if inputs.qq_bias is not None:
+                bias = new_token_bias(inputs.qq_bias, seq.query_len, case.kv_lens[i])
+                biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
+        heads = max(m.shape[0] for m in masks)
+        mask = torch.stack([m.expand(heads, -1, -1) for m in masks]).to(dev)
+        rows = torch.arange(max_q)[None] < torch.tensor(case.query_lens)[:, None]
+        return PackedLayout(mask, rows.to(dev), torch.tensor(case.kv_lens, device=dev), torch.stack(q_pos).to(dev),
+                            torch.stack(biases).to(dev) if biases else None)
+
+
 @dataclass(frozen=True)
 class PackedScores:
     """The scores of every sequence of a case, padded: q.k x scale, soft-capped, ALiBi and qq_bias added, not
@@ -76,8 +133,8 @@ class PackedScores:
     num_keys: Tensor
     sink: Tensor | None
 
-    def attend(self, mask: Tensor | None = None) -> Expected:
-        """Output [N, H, D_v], LSE [N, H] and visible-key counts of every real query row under `mask`
+    def attend(self, mask: Tensor | None = None, counts: bool = True) -> Expected:
+        """Output [N, H, D_v], LSE [N, H] and (`counts`) visible-key counts of every real query row under `mask`
         (default: the case's own), in token order."""
         mask = self.mask if mask is None else mask
         b, h, q, k = self.scores.shape
@@ -85,62 +142,64 @@ class PackedScores:
         masked = self.scores.masked_fill(~mask, -math.inf)
         lse = logsumexp_with_sink(masked, None)  # [B, H, Q]
         p = probabilities(masked, lse).reshape(b, kv_heads, h // kv_heads, q, k)
-        out = product("bngqk,bknd->bqngd", p, self.values).reshape(b, q, h, self.values.shape[-1])
+        out = value_product(p, self.values)
         out, lse = out[self.rows], lse.transpose(1, 2)[self.rows]  # [N, H, D_v], [N, H]
-        counts = mask.sum(-1).expand(b, h, q).transpose(1, 2)[self.rows]
+        visible = mask.sum(-1).expand(b, h, q).transpose(1, 2)[self.rows] if counts else None
         if self.sink is not None:
             out, lse = add_sink(out, lse, self.sink)
-        return Expected(out, lse, counts)
+        return Expected(out, lse, visible)
 
     def attend_transformed(self, transform: Callable[[Tensor, Tensor], Tensor]) -> tuple[Expected, bool]:
         """attend() under transform(mask, num_keys [B, 1, 1]) -> mask, and whether it changed a real row."""
+        expected, changed = self.shifted(transform, counts=True)
+        return expected, bool(changed)
+
+    def shifted(self, transform: Callable[[Tensor, Tensor], Tensor], counts: bool = False) -> tuple[Expected, Tensor]:
+        """attend_transformed() with the yes / no left on the scores' device (a 0-dim bool tensor): the caller reads it
+        back with the rest."""
         keys = torch.arange(self.mask.shape[-1], device=self.mask.device)
         moved = transform(self.mask, self.num_keys[:, None, None]) & (keys < self.num_keys[:, None, None, None])
-        changed = bool(((moved != self.mask) & self.rows[:, None, :, None]).any())
-        return self.attend(moved), changed
+        changed = ((moved != self.mask) & self.rows[:, None, :, None]).any()
+        return self.attend(moved, counts), changed
 
 
-def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False) -> PackedScores:
-    """PackedScores of `inputs` in `dtype` (reorder: the scale goes on the keys, as in `block_scores`)."""
+def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False,
+                layout: PackedLayout | None = None) -> PackedScores:
+    """PackedScores of `inputs` in `dtype` (reorder: the scale goes on the keys, as in `block_scores`).
+    `layout`: PackedLayout.of(inputs) when the caller packs the case in more than one dtype."""
     case = inputs.case
+    layout = PackedLayout.of(inputs) if layout is None else layout
     query = query_for_oracle(inputs, dtype)
     dev = query.device
     n_seq, max_q, max_k = len(case.sequences), case.max_query_len, case.max_kv_len
-    qs, ks, vs, masks, q_pos, biases = [], [], [], [], [], []
-    for i, seq in enumerate(case.sequences):
-        start, end = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
-        k, v = sequence_kv(inputs, i, dtype)
-        qs.append(query[start:end])
-        ks.append(k)
-        vs.append(v)
-        mask = visible(case, seq, i)
-        masks.append(torch.nn.functional.pad(mask, (0, max_k - mask.shape[-1], 0, max_q - mask.shape[-2])))
-        q_pos.append(torch.nn.functional.pad(query_positions(case, seq), (0, max_q - seq.query_len)))
-        if inputs.qq_bias is not None:
-            bias = new_token_bias(inputs.qq_bias, seq.query_len, k.shape[0])
-            biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
-    heads = max(m.shape[0] for m in masks)
-    mask = torch.stack([m.expand(heads, -1, -1) for m in masks]).to(dev)  # [B, H|1, Q, K]
-    q, k, v = _pad(qs, max_q), _pad(ks, max_k), _pad(vs, max_k)  # [B, Q, H, D], [B, K, H_kv, D(_v)]
+    starts = [0, *itertools.accumulate(case.query_lens)]
+    ks, vs = zip(*(sequence_kv(inputs, i, dtype) for i in range(n_seq)))
+    q = _pad([query[starts[i]:starts[i + 1]] for i in range(n_seq)], max_q)  # [B, Q, H, D]
+    k, v = _pad(list(ks), max_k), _pad(list(vs), max_k)  # [B, K, H_kv, D(_v)]
     kv_heads = k.shape[2]
     qg = q.reshape(n_seq, max_q, kv_heads, case.num_heads // kv_heads, q.shape[-1])
     if reorder:
-        scores = product("bqngd,bknd->bngqk", qg, k * case.softmax_scale)
+        scores = score_product(qg, k * case.softmax_scale)
     else:
-        scores = product("bqngd,bknd->bngqk", qg * case.softmax_scale, k)
-    scores = apply_soft_cap(scores.reshape(n_seq, case.num_heads, max_q, max_k), case.soft_cap)
+        scores = score_product(qg * case.softmax_scale, k)
+    scores = apply_soft_cap(scores, case.soft_cap)
     if inputs.alibi_slopes is not None:
-        positions = torch.stack(q_pos).to(dev).reshape(n_seq * max_q, 1)
+        positions = layout.q_pos.reshape(n_seq * max_q, 1)
         bias = alibi_bias(inputs.alibi_slopes.to(dtype), positions, torch.arange(max_k, device=dev)[None],
                           case.alibi.convention)  # [H, B * Q, K]
         scores = scores + bias.reshape(case.num_heads, n_seq, max_q, max_k).transpose(0, 1).to(scores.dtype)
-    if biases:
-        scores = scores + torch.stack(biases).to(device=dev)[:, None].to(scores.dtype)
-    rows = torch.arange(max_q, device=dev)[None] < torch.tensor(case.query_lens, device=dev)[:, None]
-    return PackedScores(scores, mask, v, rows, torch.tensor(case.kv_lens, device=dev),
+    if layout.bias is not None:
+        scores = scores + layout.bias[:, None].to(scores.dtype)
+    return PackedScores(scores, layout.mask, v, layout.rows, layout.num_keys,
                         None if inputs.sinks is None else inputs.sinks.to(dtype))
 
 
-def packed_attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False) -> Expected:
+def packed_attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False,
+                     layout: PackedLayout | None = None) -> Expected:
     """`reference.attention.attention` of a packable case, in one padded pass."""
-    return pack_scores(inputs, dtype=dtype, reorder=reorder).attend()
+    return pack_scores(inputs, dtype=dtype, reorder=reorder, layout=layout).attend()
+
+
+def packed_baseline(inputs: Inputs, dtype: torch.dtype, layout: PackedLayout) -> Expected:
+    """The tolerance rule's baseline of a packable case (scale on the keys, in `dtype`): output and LSE only."""
+    return pack_scores(inputs, dtype=dtype, reorder=True, layout=layout).attend(counts=False)

@@ -17,7 +17,7 @@ from .merge import merge_attn_states
 
 def sequence_queries(inputs: Inputs, i: int, dtype: torch.dtype = torch.float64) -> Tensor:
     """Query rows [query_len, H, D] of sequence i, as the kernel sees them (fp8-dequantized if so)."""
-    start, end = int(inputs.query_start_loc[i]), int(inputs.query_start_loc[i + 1])
+    start, end = inputs.case.query_starts[i], inputs.case.query_starts[i + 1]
     return query_for_oracle(inputs, dtype)[start:end]
 
 

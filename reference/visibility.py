@@ -41,11 +41,12 @@ def window_visible(q_pos: Tensor, k_pos: Tensor, left: int | None, right: int | 
         q=2:  . x x .
         q=3:  . . x x
     """
-    ok = torch.ones(torch.broadcast_shapes(q_pos.shape, k_pos.shape), dtype=torch.bool)
+    distance = q_pos - k_pos  # how far the key lies before the query (negative: after it)
+    ok = torch.ones_like(distance, dtype=torch.bool)
     if left is not None:
-        ok &= q_pos - k_pos <= left
+        ok &= distance <= left
     if right is not None:
-        ok &= k_pos - q_pos <= right
+        ok &= -distance <= right
     return ok
 
 
@@ -127,7 +128,8 @@ def visible(case: Case, seq: SequenceSpec, index: int | None = None) -> Tensor:
         mask &= lookback_visible(q_pos, k_pos, case.sliding_window // (case.chunk_lookback + 1), case.chunk_lookback)
     else:
         left, right = case.window_bounds
-        mask &= window_visible(q_pos, k_pos, left, right)
+        if left is not None or right is not None:
+            mask &= window_visible(q_pos, k_pos, left, right)
     if index is None and (case.global_prefix is not None or case.bidirectional_ranges is not None):
         index = _index_of(case, seq)
     if case.global_prefix is not None:

@@ -142,6 +142,10 @@ def test_materialize_is_bit_identical_for_the_same_case(case):
 @given(cases(ORACLE_CAPS, SMALL))
 def test_case_json_round_trip(case):
     assert r.Case.from_json(case.to_json()) == case
+    # the JSON a frozen Case keeps after its first to_json is its own: a replaced case has its own, indent= is honoured
+    other = dataclasses.replace(case, seed=case.seed + 1)
+    assert r.Case.from_json(other.to_json()) == other and other.to_json() != case.to_json()
+    assert case.to_json() == case.to_json(indent=None) and "\n" in case.to_json(indent=1)
 
 
 KERNEL = dataclasses.replace(CONTIGUOUS, attn_types=frozenset({r.AttentionType.KERNEL}))
