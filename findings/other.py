@@ -109,6 +109,12 @@ OPEN = (
           "the tolerance rule.",
           ("torch-sdpa-efficient-3913ca573b.json", "torch-sdpa-efficient-10347d6b10.json"),
           "campaigns/torch-fa4-flashinfer-h200-2026-11-22.md", device="H200"),
+    Entry("flex-paged-fp32-long-row-margin", O, TORCH_CPU, "flex_attention over a page table (CPU), float32",
+          "One decode row over 16,383 keys (MQA, 4 heads, head 32): max error 1.28e-5, 1.07x the limit (20x a "
+          "plain float32 pass), the same before and after the harness's speed changes; drawn by the detection "
+          "benchmark's correct-backend pass. Not yet separated from the tolerance rule, whose float32 factor over a "
+          "plain pass does not grow with the row's length.",
+          ("flex-paged-fp32-16k-keys-margin.json",), "detection/cpu-harness-batched-2026-11-25.md", device="CPU"),
     Entry("vllm-decode-fp16-lse-margin", O, VLLM, "triton_decode_attention, float16",
           "LSE 1.1x over the limit with one key: not yet separated from the tolerance rule.",
           ("vllm-triton-decode-fp16-lse-marginal.json",), "vllm/kernels-h100-2026-11-23.md"),

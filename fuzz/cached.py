@@ -1,10 +1,11 @@
 """Strategy objects built once per distinct argument.
 
 `cases()` draws its choices from lists that depend on earlier draws (head sizes of the declaration, window sizes
-of the drawn lengths), so each draw built fresh `sampled_from` / `one_of` objects that hypothesis then validated
-and labelled again: a fifth of generation time (benchmarks/results/throughput/). The same arguments now give the
-same object, so those costs are paid once per process. What a seed draws is unchanged: an equal strategy draws
-equal values whichever object it is.
+of the drawn lengths), so each draw built fresh `sampled_from` / `lists` / composite objects that hypothesis then
+validated and labelled again (a quarter of a draw's profile). The same arguments now give the same object, so those
+costs are paid once per process: 1.6-2.3x faster draws of the same cases on one CPU thread
+(benchmarks/results/throughput/harness-batched-h100-2026-11-25.md). What a seed draws is unchanged: an equal
+strategy draws equal values whichever object it is.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ Where the oracle runs: inputs are always drawn on the CPU (bit-identical anywher
 oracle, its baseline and the blind check are hundreds of small launches per example; on a GPU
 shared by many worker processes those launches serialise, so for cases up to `oracle_cpu_max`
 score elements (heads x queries x keys) the oracle runs on the CPU and only the kernel runs on the
-kernel's device (measured in benchmarks/results/). Larger cases run the oracle beside the kernel.
+kernel's device (measured in benchmarks/results/). Larger cases run the oracle beside the kernel and are judged
+on the host after one copy back (`on_host`).
 """
 from __future__ import annotations
 
