@@ -24,8 +24,8 @@ def logsumexp_with_sink(scores: Tensor, sink: Tensor | None) -> Tensor:
 def all_finite(t: Tensor) -> bool:
     """Whether every element of `t` is finite, in one reduction: a sum is finite only if every term is (a NaN or
     an infinity carries through, +inf + -inf is NaN); a sum that overflows says False, so callers take their
-    elementwise path then. torch.isfinite is four elementwise kernels, the judge's largest cost on small cases
-    (benchmarks/results/throughput/)."""
+    elementwise path then. torch.isfinite is several elementwise kernels, the judge's largest cost on small cases
+    (benchmarks/results/throughput/harness-batched-h100-2026-11-25.md)."""
     return t.numel() == 0 or math.isfinite(float(t.sum()))
 
 
