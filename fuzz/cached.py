@@ -16,34 +16,17 @@ from typing import Any
 from hypothesis import strategies as st
 
 
-_SAMPLED: dict[tuple, st.SearchStrategy] = {}
-
-
-def pick(elements: Iterable[Any]) -> st.SearchStrategy:
-    """st.sampled_from(elements), one object per distinct tuple of hashable elements. The key holds each
-    element's type: 1, 1.0 and True are equal in a tuple but not as drawn values."""
-    items = tuple(elements)
-    try:
-        key = tuple((type(x), x) for x in items)
-        strategy = _SAMPLED.get(key)
-    except TypeError:  # unhashable elements: a fresh strategy, as before
-        return st.sampled_from(items)
-    if strategy is None:
-        if len(_SAMPLED) >= 8192:
-            _SAMPLED.clear()
-        strategy = _SAMPLED[key] = st.sampled_from(items)
-    return strategy
-
-
-@functools.lru_cache(maxsize=8192)
-def or_none(strategy: st.SearchStrategy) -> st.SearchStrategy:
-    """st.none() | strategy, one object per strategy object."""
-    return st.none() | strategy
+def _key(value: Any) -> Any:
+    """A cache key that tells values of other types apart: 1, 1.0 and True are equal, also inside a tuple, but are
+    not the same drawn value."""
+    if isinstance(value, tuple):
+        return (tuple, tuple(_key(v) for v in value))
+    return (type(value), value)
 
 
 def memo(build: Callable[..., st.SearchStrategy]) -> Callable[..., st.SearchStrategy]:
     """A strategy builder (a composite, or a function returning a strategy) that returns one object per distinct
-    positional arguments (type-aware, as `pick`); calls with keywords or unhashable arguments build afresh."""
+    positional arguments (type-aware); calls with keywords or unhashable arguments build afresh."""
     cache: dict[tuple, st.SearchStrategy] = {}
 
     @functools.wraps(build)
@@ -51,7 +34,7 @@ def memo(build: Callable[..., st.SearchStrategy]) -> Callable[..., st.SearchStra
         if kwargs:
             return build(*args, **kwargs)
         try:
-            key = tuple((type(a), a) for a in args)
+            key = _key(args)
             strategy = cache.get(key)
         except TypeError:
             return build(*args)
@@ -62,3 +45,17 @@ def memo(build: Callable[..., st.SearchStrategy]) -> Callable[..., st.SearchStra
         return strategy
 
     return built
+
+
+_sampled = memo(st.sampled_from)
+
+
+def pick(elements: Iterable[Any]) -> st.SearchStrategy:
+    """st.sampled_from(elements), one object per distinct tuple of hashable elements."""
+    return _sampled(tuple(elements))
+
+
+@memo
+def or_none(strategy: st.SearchStrategy) -> st.SearchStrategy:
+    """st.none() | strategy, one object per strategy object."""
+    return st.none() | strategy

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from reference.attention import Expected
 from reference.inputs import Inputs
-from reference.softmax import all_finite as finite_sum
+from reference.softmax import all_finite
 
 from .cache_write import judge_cache_write, raw_by_slot
 from .tolerance import ToleranceRule, limits, rule_for
@@ -52,10 +52,10 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     exp_seen, base_seen = seen_rows(exp_out), seen_rows(baseline.output.double())
     lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse)
     nonempty = seen_rows(diff)
-    all_finite = finite_sum(nonempty)
-    finite = None if all_finite else torch.isfinite(nonempty)
-    out_finite = all_finite and finite_sum(out)
-    if finite_sum(base_seen) and finite_sum(exp_seen):  # limits() measured the same differences
+    seen_finite = all_finite(nonempty)
+    finite = None if seen_finite else torch.isfinite(nonempty)
+    out_finite = seen_finite and all_finite(out)
+    if all_finite(base_seen) and all_finite(exp_seen):  # limits() measured the same differences
         baseline_max, baseline_mean = lim.baseline_max, lim.baseline_mean
     else:
         baseline_err = (base_seen - exp_seen).abs()
@@ -80,10 +80,10 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
             got = "NaN" if rows.isnan().any() else f"max |out| {float(rows.abs().max()):.3g}"
             symptoms.append(Symptom(Verdict.CONTRACT, "empty-row-output",
                                     f"{int(empty.sum())} (token, head) rows see no key; kernel gave {got} instead of 0"))
-    if not all_finite:
+    if not seen_finite:
         symptoms.append(Symptom(Verdict.NAN, "output-nan",
                                 f"{int((~finite).sum())} NaN/Inf elements where the oracle is finite"))
-    errors = nonempty if all_finite else nonempty[finite]
+    errors = nonempty if seen_finite else nonempty[finite]
     finite_max = float(errors.max()) if errors.numel() else 0.0
     if finite_max > lim.max_limit:
         symptoms.append(Symptom(Verdict.MISMATCH, "output", f"max error {finite_max:.4g} > limit {lim.max_limit:.4g} "
@@ -104,7 +104,7 @@ def error_metrics(row: dict[str, Any], out: Tensor, exp: Tensor, empty: Tensor, 
     """max / mean / relative error, RMSE, cosine and the worst element (sequence, token, head, dim).
     `diff`: |out - exp| when the caller has it. Rows with no key count as error 0; a non-finite error as inf."""
     diff = (out - exp).abs() if diff is None else diff
-    finite_out = finite_sum(out) and finite_sum(exp)
+    finite_out = all_finite(out) and all_finite(exp)
     d = diff if finite_out else torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
     d = d.masked_fill(empty[..., None].expand_as(d), 0.0) if empty.any() else d
     if d.numel() == 0:
@@ -165,7 +165,7 @@ def judge_lse(row: dict[str, Any], declared_empty: float, expected: Expected, ba
     e, b, a = expected.lse[rows], baseline.lse.double()[rows], lse[rows]
     if e.numel() == 0:
         return out
-    every = finite_sum(a)
+    every = all_finite(a)
     finite = None if every else torch.isfinite(a)
     if not every:
         out.append(Symptom(Verdict.NAN, "lse-nan", f"{int((~finite).sum())} NaN/Inf LSE values where the oracle is finite"))

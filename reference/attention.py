@@ -131,9 +131,12 @@ def product(equation: str, a: Tensor, b: Tensor) -> Tensor:
     the result rounded once to float16 (a GPU GEMM's accumulator). Written out for float16 because the CPU has no
     float16 GEMM: its einsum was 3-7x slower than this and equal to it in 99.9 % of elements (1 ulp apart elsewhere);
     bfloat16's CPU GEMM already accumulates in float32 (bit-identical to this) and float32 / float64 are as they are."""
-    if a.dtype == torch.float16 and a.device.type == "cpu":
-        return torch.einsum(equation, a.float(), b.float()).to(torch.float16)
-    return torch.einsum(equation, a, b)
+    return torch.einsum(equation, gemm_operand(a), gemm_operand(b)).to(a.dtype)
+
+
+def gemm_operand(t: Tensor) -> Tensor:
+    """t as `product` hands it to a GEMM: float16 on the CPU as float32 (round the result back to float16)."""
+    return t.float() if t.dtype == torch.float16 and t.device.type == "cpu" else t
 
 
 def block_scores(q: Tensor, k: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor, k_pos: Tensor, alibi,

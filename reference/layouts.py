@@ -70,7 +70,7 @@ class PagedCache:
         if self.storage is None:
             return PagedCache(self.layout, tuple(fn(t) for t in self.tensors), self.head_size, self.head_size_v)
         physical = fn(self.storage.permute(*_LAYERED_ORDER[self.layout]))  # copy in memory order
-        storage = physical.permute(*_inverse(_LAYERED_ORDER[self.layout]))
+        storage = physical.permute(*inverse_permutation(_LAYERED_ORDER[self.layout]))
         return PagedCache(self.layout, (storage[self.layer],), self.head_size, self.head_size_v, storage, self.layer)
 
 
@@ -78,7 +78,8 @@ class PagedCache:
 _LAYERED_ORDER = {KVLayout.FLASH_NHD: (2, 0, 1, 3, 4, 5), KVLayout.FLASH_HND: (2, 3, 0, 1, 4, 5)}
 
 
-def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+def inverse_permutation(perm: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation that undoes `perm` (t.permute(perm).permute(inverse_permutation(perm)) is t)."""
     return tuple(sorted(range(len(perm)), key=lambda i: perm[i]))
 
 
@@ -102,7 +103,7 @@ def allocate(layout: KVLayout, num_blocks: int, block_size: int, num_kv_heads: i
         logical = (layers, 2, nb, bs, h, d) if layout == KVLayout.FLASH_NHD else (layers, 2, nb, h, bs, d)
         order = _LAYERED_ORDER[layout]
         physical = canaries(tuple(logical[i] for i in order), key_dtype, device, finite)
-        storage = physical.permute(*_inverse(order))
+        storage = physical.permute(*inverse_permutation(order))
         return PagedCache(layout, (storage[layer],), d, dv, storage, layer)
     if layout == KVLayout.MLA_LATENT:
         return PagedCache(layout, (canaries((nb, bs, d), key_dtype, device, finite),), d, dv)

@@ -13,7 +13,6 @@ Cases too large for one score tensor (`packable`) keep the chunked path.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, new_token_bias, query_for_oracle,
-                        sequence_kv)
+from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, gemm_operand, new_token_bias,
+                        query_for_oracle, sequence_kv)
 from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap
 from .softmax import logsumexp_with_sink, probabilities
@@ -64,28 +63,21 @@ def _pad(parts: list[Tensor], length: int) -> Tensor:
     return out
 
 
-def _on_cpu_in(dtype: torch.dtype, t: Tensor) -> Tensor:
-    """float16 on the CPU goes through float32 (see `reference.attention.product`: the CPU has no float16 GEMM)."""
-    return t.float() if dtype == torch.float16 and t.device.type == "cpu" else t
-
-
 def score_product(qg: Tensor, k: Tensor) -> Tensor:
     """einsum("bqngd,bknd->bngqk", qg, k) as one batched matmul, reshaped to [B, H, Q, K] (h = n * G + g).
-    The same sums as the einsum (both are one bmm over d); written out because einsum's planning was the largest
+    The same sums as `reference.attention.product`'s einsum (both are one bmm over d); written out because einsum's planning was the largest
     single cost of a small case (100 us a call on one CPU thread: benchmarks/results/throughput/)."""
     b, q, n, g, d = qg.shape
-    dtype = qg.dtype
-    a = _on_cpu_in(dtype, qg).permute(0, 2, 3, 1, 4).reshape(b, n, g * q, d)
-    s = torch.matmul(a, _on_cpu_in(dtype, k).permute(0, 2, 3, 1))  # [B, N, G*Q, K]
-    return s.to(dtype).reshape(b, n * g, q, k.shape[1])
+    a = gemm_operand(qg).permute(0, 2, 3, 1, 4).reshape(b, n, g * q, d)
+    s = torch.matmul(a, gemm_operand(k).permute(0, 2, 3, 1))  # [B, N, G*Q, K]
+    return s.to(qg.dtype).reshape(b, n * g, q, k.shape[1])
 
 
 def value_product(p: Tensor, v: Tensor) -> Tensor:
     """einsum("bngqk,bknd->bqngd", p, v) as one batched matmul, reshaped to [B, Q, H, D_v]."""
     b, n, g, q, k = p.shape
-    dtype = p.dtype
-    o = torch.matmul(_on_cpu_in(dtype, p).reshape(b, n, g * q, k), _on_cpu_in(dtype, v).permute(0, 2, 1, 3))
-    return o.to(dtype).reshape(b, n, g, q, -1).permute(0, 3, 1, 2, 4).reshape(b, q, n * g, v.shape[-1])
+    o = torch.matmul(gemm_operand(p).reshape(b, n, g * q, k), gemm_operand(v).permute(0, 2, 1, 3))
+    return o.to(p.dtype).reshape(b, n, g, q, -1).permute(0, 3, 1, 2, 4).reshape(b, q, n * g, v.shape[-1])
 
 
 @dataclass(frozen=True)
@@ -172,7 +164,7 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
     query = query_for_oracle(inputs, dtype)
     dev = query.device
     n_seq, max_q, max_k = len(case.sequences), case.max_query_len, case.max_kv_len
-    starts = [0, *itertools.accumulate(case.query_lens)]
+    starts = case.query_starts
     ks, vs = zip(*(sequence_kv(inputs, i, dtype) for i in range(n_seq)))
     q = _pad([query[starts[i]:starts[i + 1]] for i in range(n_seq)], max_q)  # [B, Q, H, D]
     k, v = _pad(list(ks), max_k), _pad(list(vs), max_k)  # [B, K, H_kv, D(_v)]
@@ -194,10 +186,9 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
                         None if inputs.sinks is None else inputs.sinks.to(dtype))
 
 
-def packed_attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False,
-                     layout: PackedLayout | None = None) -> Expected:
+def packed_attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False) -> Expected:
     """`reference.attention.attention` of a packable case, in one padded pass."""
-    return pack_scores(inputs, dtype=dtype, reorder=reorder, layout=layout).attend()
+    return pack_scores(inputs, dtype=dtype, reorder=reorder).attend()
 
 
 def packed_baseline(inputs: Inputs, dtype: torch.dtype, layout: PackedLayout) -> Expected:

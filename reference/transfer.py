@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .layouts import inverse_permutation
+
 ALIGN = 256  # bytes: every view starts where cudaMalloc would start a tensor (kernels' alignment assumptions)
 MAX_BYTES = 64 << 20  # larger batches move tensor by tensor: the extra host copy would cost more than it saves
 
@@ -21,13 +23,6 @@ def _memory_order(t: Tensor) -> tuple[int, ...] | None:
     """The permutation under which `t` is contiguous (its memory order), or None when it is not dense."""
     order = tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.shape[d])))
     return order if t.permute(order).is_contiguous() else None
-
-
-def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
-    inv = [0] * len(order)
-    for i, d in enumerate(order):
-        inv[d] = i
-    return tuple(inv)
 
 
 def move_all(tensors: list[Tensor], device: torch.device) -> list[Tensor]:
@@ -59,5 +54,5 @@ def move_all(tensors: list[Tensor], device: torch.device) -> list[Tensor]:
         order, start, nbytes = plan
         shape = tuple(t.shape[d] for d in order)
         view = buffer[start:start + nbytes].view(t.dtype).view(shape)
-        moved.append(view.permute(_inverse(order)))
+        moved.append(view.permute(inverse_permutation(order)))
     return moved

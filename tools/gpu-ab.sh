@@ -25,8 +25,9 @@ campaign() {  # campaign TREE NAME ARGS...: one campaign of that tree, its throu
   local tree=$1 name=$2; shift 2
   (cd "$tree" && PYTHONPATH=$tree timeout $((${TIME_FAST:-30} + 120)) $PY -m cli fuzz --time "${TIME_FAST:-30}" \
      --workers auto --quiet --no-replay --out "$RES/$name" "$@" >> "$OUT/ab.log" 2>&1)
-  $PY "$NEW/benchmarks/throughput.py" "$RES/$name" | tail -n +3 | head -n 1 | sed "s/^/| $name /" >> "$OUT/ab.md"
-  $PY "$NEW/benchmarks/throughput.py" "$RES/$name" --by-tier | tail -n +7 | sed "s/^/| $name /" >> "$OUT/ab-tiers.md"
+  local table; table=$($PY "$NEW/benchmarks/throughput.py" "$RES/$name" --by-tier)  # the rows, read once
+  sed -n 3p <<< "$table" | sed "s/^/| $name /" >> "$OUT/ab.md"
+  tail -n +7 <<< "$table" | sed "s/^/| $name /" >> "$OUT/ab-tiers.md"
 }
 for part in $PARTS; do
   for b in $FAST; do
