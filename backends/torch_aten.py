@@ -24,7 +24,7 @@ from reference.case import AttentionType, CausalAlignment, DType
 from reference.inputs import Inputs
 
 from . import spellings
-from ._convert import cu_seqlens, per_sequence, tokens_first_lse, torch_before, unpack_varlen_lse
+from ._convert import cu_seqlens, cu_seqlens_pair, per_sequence, tokens_first_lse, torch_before, unpack_varlen_lse
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
 HEAD_SIZES = (32, 64, 96, 128, 256)
@@ -96,7 +96,7 @@ class AtenVarlen(Backend):
         dev = inputs.query.device
         q = inputs.query
         k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
-        cu_q, cu_k = cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev)
+        cu_q, cu_k = cu_seqlens_pair(case.query_lens, case.kv_lens, dev)
         causal = case.is_causal  # both kernels align causal masks bottom-right
         scale = spellings.scale_kwargs(case, "scale")
         if self.flash:

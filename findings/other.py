@@ -146,4 +146,11 @@ HARNESS = (
           "as a regression case.",
           ("torch-naive-paged-c5c6280d9a.json",), "campaigns/h200-smoke-2026-11-21.md", device="H200",
           status="fixed in attnref"),
+    Entry("float32-cancelling-logits-floor", Kind.HARNESS, TORCH_CPU, "attnref's tolerance rule, float32 (packed baseline)",
+          "q.k terms of size 250 cancel to a logit of 0.5 under a soft-cap of 0.5: the packed baseline's padded GEMM "
+          "summed them 6x closer to float64 than the per-sequence one, and the correct twin (which sums like the "
+          "latter) failed the tighter limit at 1.04x. The floor now carries the logits' summation spread "
+          "(fuzz.tolerance.logit_rounding_floor; tests/reference/test_packed.py); the case stays as a regression case.",
+          ("torch-naive-paged-float32-cancelling-logits.json",), "oracle/packed-equivalence-harness-batched-cpu-2026-11-25.md",
+          device="CPU", status="fixed in attnref"),
 )

@@ -9,7 +9,8 @@ oracle, its baseline and the blind check are hundreds of small launches per exam
 shared by many worker processes those launches serialise, so for cases up to `oracle_cpu_max`
 score elements (heads x queries x keys) the oracle runs on the CPU and only the kernel runs on the
 kernel's device (measured in benchmarks/results/). Larger cases run the oracle beside the kernel and are judged
-on the host after one copy back (`on_host`).
+there, every number the judge reads coming back in one copy with the blind check's answer (`fuzz.summary`; the
+host judge after one copy, `on_host`, where the case is not the common one).
 """
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ from reference.attention import Expected, attention
 from reference import transfer
 from reference.case import Case
 from reference.inputs import Inputs, materialize, to_device
+from reference.one_key import key_changes
 from reference.packed import PackedLayout, PackedScores, pack_scores, packable, packed_baseline
 
 from .blind import shift_by_one_key
 from .judge import Verdict, judge
+from .summary import judge_on_device
 from .tolerance import baseline_dtype
 
 __all__ = ["Evaluation", "Verdict", "base_row", "evaluate", "score_elements", "ORACLE_CPU_MAX"]
@@ -110,42 +113,59 @@ def oracle_and_baseline(inputs: Inputs, base_dtype: torch.dtype,
     return attention(inputs), attention(inputs, dtype=base_dtype, reorder=True), None
 
 
-def on_host(expected: Expected, baseline: Expected, actual: Actual) -> tuple[Expected, Expected, Actual]:
-    """The oracle's, the baseline's and the kernel's outputs on the CPU, in one copy: the judge reads them with a
-    few dozen small reductions, each a device synchronisation on a GPU that 16 workers share (a written cache
-    stays where the kernel wrote it: it is compared bit for bit there)."""
-    fields = [expected.output, expected.lse, expected.num_visible, baseline.output, baseline.lse, actual.output,
-              actual.lse, actual.output_buffer]
+def on_host(expected: Expected, baseline: Expected, actual: Actual,
+            extra: tuple[Tensor, ...] = ()) -> tuple[Expected, Expected, Actual, tuple[Tensor, ...]]:
+    """The oracle's, the baseline's and the kernel's outputs (and `extra` tensors of the oracle's device) on the CPU,
+    in one copy: the judge reads them with a few dozen small reductions, each a device synchronisation on a GPU
+    that 16 workers share (a written cache stays where the kernel wrote it: it is compared bit for bit there)."""
+    fields = [expected.output, expected.lse, expected.num_visible, expected.logit_spread, baseline.output, baseline.lse,
+              actual.output, actual.lse, actual.output_buffer, *extra]
     present = [t for t in fields if t is not None]
     moved = iter(transfer.move_all(present, torch.device("cpu")))
-    e_out, e_lse, e_seen, b_out, b_lse, a_out, a_lse, a_buf = (None if t is None else next(moved) for t in fields)
-    return (Expected(e_out, e_lse, e_seen), Expected(b_out, b_lse, None),
-            replace(actual, output=a_out, lse=a_lse, output_buffer=a_buf))
+    e_out, e_lse, e_seen, e_spread, b_out, b_lse, a_out, a_lse, a_buf, *rest = (None if t is None else next(moved)
+                                                                                for t in fields)
+    return (Expected(e_out, e_lse, e_seen, e_spread), Expected(b_out, b_lse, None),
+            replace(actual, output=a_out, lse=a_lse, output_buffer=a_buf), tuple(rest))
+
+
+def shift_error(inputs: Inputs, expected: Expected, scores: PackedScores | None) -> tuple[Tensor, Tensor]:
+    """(max |output under a one-key mask shift - expected output|, whether the shift changed any row's mask), as
+    0-dim tensors on the oracle's device: the caller reads them back with what else it reads (on a GPU shared by a
+    campaign's workers each synchronisation waits its turn)."""
+    if scores is not None and scores.scores.device.type == "cpu":  # the shifted mask over the oracle's own scores
+        shifted, changed = scores.shifted(shift_by_one_key)
+        return _worst(shifted.output - expected.output), changed
+    # row by row from the oracle's output and LSE: a dot product a row, not a pass over the case's scores
+    return key_changes(inputs, expected, shift_by_one_key)
 
 
 def mask_shift(inputs: Inputs, expected: Expected, scores: PackedScores | None) -> tuple[float, bool]:
-    """(max |output under a one-key mask shift - expected output|, whether the shift changed any row's mask), read
-    back in one synchronisation (on a GPU shared by a campaign's workers each one waits its turn)."""
-    if scores is not None:  # the shifted mask over the float64 scores the oracle already computed
-        shifted, changed = scores.shifted(shift_by_one_key)
-        return _read_back(shifted.output - expected.output, changed)
-    changes: list[Tensor] = []
-
-    def shift(mask):
-        moved = shift_by_one_key(mask)
-        changes.append((moved != mask).any())
-        return moved
-
-    # float32 is plenty for a yes/no against the limit (its ~1e-7 relative error sits far below
-    # every floor) and half the float64 cost on a CPU core.
-    output = attention(inputs, dtype=torch.float32, mask_transform=shift).output.double()
-    return _read_back(output - expected.output, torch.stack(changes).any() if changes else torch.tensor(False))
+    """shift_error() read back in one synchronisation: (the largest change, whether any mask changed)."""
+    return read_shift(*shift_error(inputs, expected, scores))
 
 
-def _read_back(diff: Tensor, changed: Tensor) -> tuple[float, bool]:
-    worst = diff.abs().max() if diff.numel() else diff.new_zeros(())
+def _worst(diff: Tensor) -> Tensor:
+    return diff.abs().max() if diff.numel() else diff.new_zeros(())
+
+
+def read_shift(worst: Tensor, changed: Tensor) -> tuple[float, bool]:
     both = torch.stack([worst.double(), changed.to(device=worst.device, dtype=torch.float64)]).cpu()
     return float(both[0]), bool(both[1])
+
+
+def judge_beside_the_oracle(row: dict[str, Any], backend: Backend, inputs: Inputs, expected: Expected,
+                            baseline: Expected, actual: Actual, scores: PackedScores | None,
+                            check_blind: bool) -> tuple[float, bool] | None:
+    """Judge a case whose oracle ran on the GPU, in one read back: the blind check is queued first and its answers
+    cross with the judge's (fuzz.summary), or with the outputs the host judges where the case is not the common one.
+    Returns the blind check's (largest change, any mask changed), or None without `check_blind`."""
+    shift = shift_error(inputs, expected, scores) if check_blind else ()
+    read = judge_on_device(row, backend.caps, inputs, expected, baseline, actual, shift)
+    if read is None:
+        on_cpu_expected, on_cpu_baseline, on_cpu_actual, moved = on_host(expected, baseline, actual, shift)
+        judge(row, backend.caps, inputs, on_cpu_expected, on_cpu_baseline, on_cpu_actual)
+        read = [float(t) for t in moved]
+    return (read[0], bool(read[1])) if check_blind else None
 
 
 def evaluate(backend: Backend, case: Case, device: str | None = None, check_blind: bool = True,
@@ -194,12 +214,13 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         # kernel computed is judged over the codes it wrote, not over the oracle's
         over_written = to_device(replace(kernel_inputs, cache=actual.written_cache), odev)
         expected, baseline, scores = oracle_and_baseline(over_written, base_dtype, packed)
+    shift = None
     if odev.type == "cpu":
         judge(row, backend.caps, oracle_inputs, expected, baseline, actual)
     else:
-        judge(row, backend.caps, oracle_inputs, *on_host(expected, baseline, actual))
+        shift = judge_beside_the_oracle(row, backend, oracle_inputs, expected, baseline, actual, scores, check_blind)
     if check_blind and row["verdict"] == Verdict.PASS.value:
-        visible_change, changed = mask_shift(oracle_inputs, expected, scores)
+        visible_change, changed = shift if shift else mask_shift(oracle_inputs, expected, scores)
         row["mask_shift_error"] = visible_change if changed else None
         if not changed:  # every row sees 0 or 1 key of its 0 or 1: no mask to get wrong, not a blind spot
             row["message"] = "no row has a key to add or drop: the case checks contracts, not masks"

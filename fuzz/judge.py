@@ -18,7 +18,7 @@ from reference.inputs import Inputs
 from reference.softmax import all_finite
 
 from .cache_write import judge_cache_write, raw_by_slot
-from .tolerance import ToleranceRule, limits, rule_for
+from .tolerance import Limits, ToleranceRule, limits, rule_for
 from .verdicts import SEVERITY, Symptom, Verdict  # noqa: F401 (Verdict and Symptom are imported from here too)
 
 
@@ -50,7 +50,8 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     seen_rows = (lambda t: t[~empty]) if bool(empty.any()) else (lambda t: t.flatten(0, 1))
     diff = (out - exp_out).abs()
     exp_seen, base_seen = seen_rows(exp_out), seen_rows(baseline.output.double())
-    lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse)
+    spread = 0.0 if expected.logit_spread is None else float(expected.logit_spread)
+    lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse, spread)
     nonempty = seen_rows(diff)
     seen_finite = all_finite(nonempty)
     finite = None if seen_finite else torch.isfinite(nonempty)
@@ -62,7 +63,7 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
         baseline_max = float(baseline_err.max()) if nonempty.numel() else 0.0
         baseline_mean = float(baseline_err.mean()) if nonempty.numel() else 0.0
     row.update(
-        limit=lim.max_limit, mean_limit=lim.mean_limit, floor=lim.floor,
+        limit=lim.max_limit, mean_limit=lim.mean_limit, floor=lim.floor, logit_spread=spread,
         baseline_max_err=baseline_max if nonempty.numel() else 0.0,
         baseline_mean_err=baseline_mean if nonempty.numel() else 0.0,
         nan_count=0 if out_finite else int(out.isnan().sum()), inf_count=0 if out_finite else int(out.isinf().sum()),
@@ -72,8 +73,7 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     if actual.output_buffer is not None:
         spill = actual.output_buffer[actual.buffer_rows:]
         if spill.numel() and not spill.isnan().all():
-            symptoms.append(Symptom(Verdict.CONTRACT, "buffer", f"{int((~spill.isnan()).sum())} elements past row "
-                                                                f"{actual.buffer_rows} of the output buffer were written"))
+            symptoms.append(buffer_symptom(int((~spill.isnan()).sum()), actual.buffer_rows))
     if empty.any():
         rows = out[empty]
         if not bool((rows == 0).all()):
@@ -85,18 +85,29 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
                                 f"{int((~finite).sum())} NaN/Inf elements where the oracle is finite"))
     errors = nonempty if seen_finite else nonempty[finite]
     finite_max = float(errors.max()) if errors.numel() else 0.0
-    if finite_max > lim.max_limit:
-        symptoms.append(Symptom(Verdict.MISMATCH, "output", f"max error {finite_max:.4g} > limit {lim.max_limit:.4g} "
-                                                            f"(baseline {row['baseline_max_err']:.3g})"))
     finite_mean = float(errors.mean()) if errors.numel() else 0.0
-    if finite_mean > lim.mean_limit:
-        symptoms.append(Symptom(Verdict.MISMATCH, "output-mean",
-                                f"mean error {finite_mean:.4g} > mean limit {lim.mean_limit:.4g}"))
+    symptoms += error_symptoms(finite_max, finite_mean, lim, row["baseline_max_err"])
     if actual.written_cache is not None and inputs.cache is not None:
         symptoms += judge_cache_write(inputs.cache, actual.written_cache, lambda: raw_by_slot(inputs))
     if actual.lse is not None and caps.lse_base is not None:
         symptoms += judge_lse(row, caps.empty_row_lse, expected, baseline, actual.lse, empty, rule)
     record(row, symptoms)
+
+
+def buffer_symptom(written: int, rows: int) -> Symptom:
+    """A kernel wrote past the rows of the caller's output buffer (its spare rows hold NaN until then)."""
+    return Symptom(Verdict.CONTRACT, "buffer", f"{written} elements past row {rows} of the output buffer were written")
+
+
+def error_symptoms(max_err: float, mean_err: float, lim: Limits, baseline_max: float) -> list[Symptom]:
+    """Mismatches of the finite errors of rows with keys against the max and mean limits."""
+    out = []
+    if max_err > lim.max_limit:
+        out.append(Symptom(Verdict.MISMATCH, "output", f"max error {max_err:.4g} > limit {lim.max_limit:.4g} "
+                                                       f"(baseline {baseline_max:.3g})"))
+    if mean_err > lim.mean_limit:
+        out.append(Symptom(Verdict.MISMATCH, "output-mean", f"mean error {mean_err:.4g} > mean limit {lim.mean_limit:.4g}"))
+    return out
 
 
 def error_metrics(row: dict[str, Any], out: Tensor, exp: Tensor, empty: Tensor, inputs: Inputs,
@@ -111,9 +122,8 @@ def error_metrics(row: dict[str, Any], out: Tensor, exp: Tensor, empty: Tensor, 
         row.update(max_err=0.0, mean_err=0.0, max_rel_err=0.0, rmse=0.0, cosine=1.0, error_ratio=0.0)
         return
     flat = int(torch.argmax(d if finite_out else torch.nan_to_num(d, posinf=1e300)))
-    token, head, dim = (flat // (d.shape[1] * d.shape[2]), (flat // d.shape[2]) % d.shape[1], flat % d.shape[2])
+    token, head, dim, seq = worst_place(flat, tuple(d.shape), inputs.case.query_starts)
     starts = inputs.case.query_starts
-    seq = max(i for i in range(len(starts) - 1) if starts[i] <= token) if len(starts) > 1 else 0
     if finite_out:  # (a - e)^2 is |a - e|^2 to the bit: the difference the caller measured
         a, e, fd, square = out.flatten(), exp.flatten(), d, diff * diff
     else:
@@ -132,15 +142,30 @@ def error_metrics(row: dict[str, Any], out: Tensor, exp: Tensor, empty: Tensor, 
     row["error_ratio"] = row["max_err"] / row["limit"] if row["limit"] > 0 else math.inf
 
 
+def worst_place(flat: int, shape: tuple[int, int, int], starts: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """(token, head, dim, sequence) of element `flat` of an output [tokens, heads, dim]."""
+    token, head, dim = flat // (shape[1] * shape[2]), (flat // shape[2]) % shape[1], flat % shape[2]
+    seq = max(i for i in range(len(starts) - 1) if starts[i] <= token) if len(starts) > 1 else 0
+    return token, head, dim, seq
+
+
 def cosine(a: Tensor, e: Tensor) -> float:
     """Cosine similarity of two flat float64 tensors (1 when either is empty or the expected one is 0): one dot
     product and two norms (torch's cosine_similarity normalizes each side first: 130 us a call on small cases)."""
     if not a.numel():
         return 1.0
     e_norm = float(e.norm())
-    if e_norm == 0:
-        return 1.0
-    return float(a @ e) / max(float(a.norm()) * e_norm, 1e-8)
+    return cosine_from(float(a @ e), float(a.norm()), e_norm) if e_norm else 1.0
+
+
+def cosine_from(dot: float, a_norm: float, e_norm: float) -> float:
+    """cosine() from the dot product and the norms (1 when the expected side is 0)."""
+    return dot / max(a_norm * e_norm, 1e-8) if e_norm else 1.0
+
+
+def lse_limit(rule: ToleranceRule, baseline_max: float, expected_max: float) -> float:
+    """The LSE's limit: lse_factor x the baseline's max error + lse_floor x max(1, max|expected LSE|)."""
+    return rule.lse_factor * baseline_max + rule.lse_floor * max(1.0, expected_max)
 
 
 def inputs_have_no_sinks(expected: Expected, empty: Tensor) -> bool:
@@ -170,12 +195,17 @@ def judge_lse(row: dict[str, Any], declared_empty: float, expected: Expected, ba
     if not every:
         out.append(Symptom(Verdict.NAN, "lse-nan", f"{int((~finite).sum())} NaN/Inf LSE values where the oracle is finite"))
     err = (a - e).abs() if every else (a - e).abs()[finite]
-    limit = rule.lse_factor * float((b - e).abs().max()) + rule.lse_floor * max(1.0, float(e.abs().max()))
+    limit = lse_limit(rule, float((b - e).abs().max()), float(e.abs().max()))
     worst = float(err.max()) if err.numel() else 0.0
     row.update(lse_max_err=worst, lse_limit=limit)
     if worst > limit:
-        sel = (e.abs() > 0.5) if every else (e.abs() > 0.5) & finite
-        ratio = float((a[sel] / e[sel]).median()) if bool(sel.any()) else float("nan")
-        hint = " (ratio ~1.4427: base-2 LSE declared as natural)" if abs(ratio - 1.4427) < 0.01 else ""
-        out.append(Symptom(Verdict.MISMATCH, "lse", f"LSE max error {worst:.4g} > limit {limit:.4g}{hint}"))
+        out.append(lse_mismatch(worst, limit, a, e, finite))
     return out
+
+
+def lse_mismatch(worst: float, limit: float, a: Tensor, e: Tensor, finite: Tensor | None) -> Symptom:
+    """The LSE mismatch, naming a base-2 LSE where the median ratio of actual to expected LSE says so."""
+    sel = (e.abs() > 0.5) if finite is None else (e.abs() > 0.5) & finite
+    ratio = float((a[sel] / e[sel]).median()) if bool(sel.any()) else float("nan")
+    hint = " (ratio ~1.4427: base-2 LSE declared as natural)" if abs(ratio - 1.4427) < 0.01 else ""
+    return Symptom(Verdict.MISMATCH, "lse", f"LSE max error {worst:.4g} > limit {limit:.4g}{hint}")

@@ -21,9 +21,10 @@ import torch
 from torch import Tensor
 
 from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, gemm_operand, new_token_bias,
-                        query_for_oracle, sequence_kv)
+                        query_for_oracle, sequence_kv, spread_matters)
+from . import transfer
 from .inputs import Inputs
-from .scores import alibi_bias, apply_soft_cap
+from .scores import alibi_bias, apply_soft_cap, logit_spread
 from .softmax import logsumexp_with_sink, probabilities
 from .visibility import query_positions, visible
 
@@ -88,6 +89,7 @@ class PackedLayout:
 
     mask: Tensor
     rows: Tensor
+    row_index: Tensor
     num_keys: Tensor
     q_pos: Tensor
     bias: Tensor | None
@@ -106,10 +108,12 @@ class PackedLayout:
                 bias = new_token_bias(inputs.qq_bias, seq.query_len, case.kv_lens[i])
                 biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
         heads = max(m.shape[0] for m in masks)
-        mask = torch.stack([m.expand(heads, -1, -1) for m in masks]).to(dev)
         rows = torch.arange(max_q)[None] < torch.tensor(case.query_lens)[:, None]
-        return PackedLayout(mask, rows.to(dev), torch.tensor(case.kv_lens, device=dev), torch.stack(q_pos).to(dev),
-                            torch.stack(biases).to(dev) if biases else None)
+        host = [torch.stack([m.expand(heads, -1, -1) for m in masks]), rows, rows.flatten().nonzero().flatten(),
+                torch.tensor(case.kv_lens), torch.stack(q_pos)]
+        # built on the host, moved in one copy: each .to() of its own was a synchronisation of a shared GPU
+        mask, rows, row_index, num_keys, positions = host if dev.type == "cpu" else transfer.move_all(host, dev)
+        return PackedLayout(mask, rows, row_index, num_keys, positions, torch.stack(biases) if biases else None)
 
 
 @dataclass(frozen=True)
@@ -122,12 +126,15 @@ class PackedScores:
     mask: Tensor
     values: Tensor  # [B, K, H_kv, D_v]
     rows: Tensor
+    row_index: Tensor  # [N]: each real query row's place in the flattened [B * Q], in token order
     num_keys: Tensor
     sink: Tensor | None
+    spread: Tensor | None = None  # 0-dim: Expected.logit_spread under the case's own mask (the float64 pass)
 
     def attend(self, mask: Tensor | None = None, counts: bool = True) -> Expected:
         """Output [N, H, D_v], LSE [N, H] and (`counts`) visible-key counts of every real query row under `mask`
-        (default: the case's own), in token order."""
+        (default: the case's own, which also carries the logits' rounding spread), in token order."""
+        spread = self.spread if mask is None else None
         mask = self.mask if mask is None else mask
         b, h, q, k = self.scores.shape
         kv_heads = self.values.shape[2]
@@ -135,11 +142,12 @@ class PackedScores:
         lse = logsumexp_with_sink(masked, None)  # [B, H, Q]
         p = probabilities(masked, lse).reshape(b, kv_heads, h // kv_heads, q, k)
         out = value_product(p, self.values)
-        out, lse = out[self.rows], lse.transpose(1, 2)[self.rows]  # [N, H, D_v], [N, H]
-        visible = mask.sum(-1).expand(b, h, q).transpose(1, 2)[self.rows] if counts else None
+        real = self.row_index  # integer indexing: a boolean index would read its count back from the device
+        out, lse = out.flatten(0, 1)[real], lse.transpose(1, 2).flatten(0, 1)[real]  # [N, H, D_v], [N, H]
+        visible = mask.sum(-1).expand(b, h, q).transpose(1, 2).flatten(0, 1)[real] if counts else None
         if self.sink is not None:
             out, lse = add_sink(out, lse, self.sink)
-        return Expected(out, lse, visible)
+        return Expected(out, lse, visible, spread)
 
     def attend_transformed(self, transform: Callable[[Tensor, Tensor], Tensor]) -> tuple[Expected, bool]:
         """attend() under transform(mask, num_keys [B, 1, 1]) -> mask, and whether it changed a real row."""
@@ -174,6 +182,10 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
         scores = score_product(qg, k * case.softmax_scale)
     else:
         scores = score_product(qg * case.softmax_scale, k)
+    spread = None
+    if dtype == torch.float64 and not reorder and spread_matters(case):  # as `reference.attention.sequence_spread`
+        spreads = logit_spread(score_product(qg * qg, k * k), scores, case.softmax_scale, case.soft_cap)
+        spread = torch.where(layout.mask, spreads, 0.0).amax() if spreads.numel() else spreads.new_zeros(())
     scores = apply_soft_cap(scores, case.soft_cap)
     if inputs.alibi_slopes is not None:
         positions = layout.q_pos.reshape(n_seq * max_q, 1)
@@ -182,8 +194,8 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
         scores = scores + bias.reshape(case.num_heads, n_seq, max_q, max_k).transpose(0, 1).to(scores.dtype)
     if layout.bias is not None:
         scores = scores + layout.bias[:, None].to(scores.dtype)
-    return PackedScores(scores, layout.mask, v, layout.rows, layout.num_keys,
-                        None if inputs.sinks is None else inputs.sinks.to(dtype))
+    return PackedScores(scores, layout.mask, v, layout.rows, layout.row_index, layout.num_keys,
+                        None if inputs.sinks is None else inputs.sinks.to(dtype), spread)
 
 
 def packed_attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False) -> Expected:

@@ -16,6 +16,19 @@ def apply_soft_cap(scores: Tensor, soft_cap: float | None) -> Tensor:
     return soft_cap * torch.tanh(scores / soft_cap)
 
 
+def logit_spread(square_sums: Tensor, logits: Tensor | None, scale: float, soft_cap: float | None) -> Tensor:
+    """scale * sqrt(sum_d q_d^2 k_d^2) per score, times the soft-cap's slope at its logit: how far apart, in units
+    of one fp32 rounding, two correct fp32 kernels' logits may lie because they sum q.k's D terms in different
+    orders (a random walk of roundings, each the size of a term, not of the sum: the terms may cancel to a small
+    logit). tanh passes a logit's difference on at its slope, 1 - tanh(x / cap)^2.
+
+    `square_sums`: (q*q).(k*k) summed over d; `logits`: q.k x scale before the cap (read only with a soft-cap)."""
+    spread = scale * square_sums.sqrt()
+    if soft_cap is not None:
+        spread = spread * (1 - torch.tanh(logits / soft_cap) ** 2)
+    return spread
+
+
 def alibi_bias(slopes: Tensor, q_pos: Tensor, k_pos: Tensor, convention: AlibiConvention) -> Tensor:
     """Bias [num_heads, q, k] = slope_h * (k_pos - q_pos) (SIGNED), -slope_h * |k_pos - q_pos|
     (SYMMETRIC), or -slope_h * sqrt(q_pos - k_pos) for k_pos <= q_pos and 0 after (SQRT).

@@ -30,8 +30,10 @@ def all_finite(t: Tensor) -> bool:
 
 
 def probabilities(scores: Tensor, lse: Tensor) -> Tensor:
-    """exp(scores - lse): softmax weights; rows with LSE -inf give weight 0 everywhere (never NaN)."""
-    if all_finite(lse):
+    """exp(scores - lse): softmax weights; rows with LSE -inf give weight 0 everywhere (never NaN).
+    The check for an empty row is taken on the CPU only: on a GPU it is a synchronisation, and the masked path is
+    right everywhere."""
+    if lse.device.type == "cpu" and all_finite(lse):
         return torch.exp(scores - lse[..., None])
     finite = torch.isfinite(lse)
     safe_lse = torch.where(finite, lse, torch.zeros_like(lse))

@@ -20,11 +20,12 @@ def test_on_host_keeps_every_tensor_and_leaves_the_rest():
     baseline = Expected(torch.randn(5, 2, 3).to(torch.bfloat16), torch.randn(5, 2).to(torch.bfloat16), None)
     actual = Actual(torch.randn(5, 2, 3).to(torch.bfloat16), None, torch.full((8, 2, 3), float("nan")), 5,
                     notes={"x": 1})
-    e, b, a = on_host(expected, baseline, actual)
+    e, b, a, extra = on_host(expected, baseline, actual, (torch.tensor(2.5), torch.tensor(True)))
     for x, y in ((e.output, expected.output), (e.lse, expected.lse), (e.num_visible, expected.num_visible),
                  (b.output, baseline.output), (b.lse, baseline.lse), (a.output, actual.output)):
         assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x.view(torch.uint8), y.view(torch.uint8))
     assert b.num_visible is None and a.lse is None and a.buffer_rows == 5 and a.notes == {"x": 1}
+    assert float(extra[0]) == 2.5 and bool(extra[1]) and e.logit_spread is None
     assert torch.isnan(a.output_buffer).all() and a.output_buffer.shape == (8, 2, 3)
 
 

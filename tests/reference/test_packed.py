@@ -3,6 +3,11 @@
 evaluate() must give the same verdicts either way (benchmarks/packed_equivalence.py runs the 10,000-case version)."""
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
+import pytest
 import torch
 from hypothesis import assume, given, settings
 
@@ -11,10 +16,12 @@ from benchmarks.packed_equivalence import verdict_of
 from fuzz.blind import shift_by_one_key
 from fuzz.compare import evaluate
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
-from reference.attention import Expected, attention
+from reference.attention import Expected, attention, query_for_oracle, sequence_kv
+from fuzz.tolerance import limits, rule_for
 from reference.case import Case, SequenceSpec
 from reference.inputs import materialize
-from reference.packed import pack_scores, packable, packed_attention
+from reference.visibility import visible
+from reference.packed import PackedLayout, pack_scores, packable, packed_attention, packed_baseline
 
 LIMITS = Limits(max_sequences=5, tiers=("small", "tile"))
 
@@ -30,6 +37,8 @@ def agree(a: Expected, b: Expected, tol: float = 1e-12) -> None:
         if finite.any():
             assert float((x[finite] - y[finite]).abs().max()) <= tol * scale
     assert torch.equal(a.num_visible, b.num_visible)
+    if a.logit_spread is not None and b.logit_spread is not None:
+        assert abs(float(a.logit_spread) - float(b.logit_spread)) <= tol * max(1.0, float(b.logit_spread))
 
 
 @given(cases(ORACLE_CAPS, LIMITS))
@@ -75,6 +84,34 @@ def test_evaluate_gives_the_same_row_packed_or_chunked(case):
         assert verdict_of(a) == verdict_of(b), name
 
 
+@settings(max_examples=40)
+@given(cases(ORACLE_CAPS, Limits(max_sequences=4, tiers=("small", "tile"), dtypes=("float32",))))
+def test_two_float32_summation_orders_differ_by_less_than_the_floor(case):
+    # the packed and the chunked baseline sum q.k in different orders (one padded GEMM, one per sequence): both are
+    # correct float32 passes, so the rule's floor must cover their difference, or a verdict depends on which one
+    # measured the baseline (it did, before Expected.logit_spread: the case below, 1.04x the limit)
+    inputs = materialize(case)
+    assume(packable(inputs))
+    expected = attention(inputs)
+    packed = packed_baseline(inputs, torch.float32, PackedLayout.of(inputs)).output.double()
+    chunked = attention(inputs, dtype=torch.float32, reorder=True).output.double()
+    finite = torch.isfinite(packed) & torch.isfinite(chunked)
+    assume(bool(finite.any()))
+    floor = limits(rule_for(case.dtype), expected.output, chunked, torch.float32, expected.lse,
+                   float(expected.logit_spread)).floor
+    assert float((packed - chunked)[finite].abs().max()) <= floor
+
+
+def test_a_cancelling_float32_case_passes_a_correct_kernel_either_way():
+    # terms of size 250 cancel to a logit of 0.5 under a soft-cap of 0.5: the chunked baseline's sum rounds 6x more
+    # than the packed one's, and the correct twin rounds like the chunked one (5.58e-6 from float64)
+    saved = Path(__file__).parents[2] / "benchmarks/results/cases/torch-naive-paged-float32-cancelling-logits.json"
+    case = Case.from_json(json.dumps(json.loads(saved.read_text())["case"]))
+    backend = get("torch-naive-paged")
+    rows = [evaluate(backend, case, "cpu", packed=p).row for p in (True, False)]
+    assert [r["verdict"] for r in rows] == ["pass", "pass"]
+    assert rows[0]["logit_spread"] == pytest.approx(rows[1]["logit_spread"], rel=1e-12) and rows[1]["logit_spread"] > 60
+
 
 def test_padding_is_never_seen_nor_added():
     # a one-key sequence beside a 16-key one: its row is padded to 16 keys; the shift can neither add key 1 (padding)
@@ -97,3 +134,24 @@ def test_padding_is_never_seen_nor_added():
 def test_unpackable_cases_are_left_to_the_chunked_path():
     long = Case(sequences=(SequenceSpec(query_len=512, context_len=4000),), num_heads=8, num_kv_heads=8, head_size=8)
     assert not packable(materialize(long))
+
+
+@settings(max_examples=25)
+@given(cases(ORACLE_CAPS, Limits(max_sequences=2, tiers=("small",), dtypes=("float32",))))
+def test_logit_spread_is_the_largest_visible_term_norm_through_the_cap(case):
+    # a second formulation of reference.scores.logit_spread, pair by pair: scale * ||q_i * k_j||_2 * tanh' at the logit
+    inputs = materialize(case)
+    query = query_for_oracle(inputs, torch.float64)
+    worst = 0.0
+    g = case.num_heads // case.num_kv_heads
+    for i, seq in enumerate(case.sequences):
+        q = query[case.query_starts[i]:case.query_starts[i + 1]]
+        k = sequence_kv(inputs, i, torch.float64)[0].repeat_interleave(g, 1)
+        mask = visible(case, seq, i).expand(case.num_heads, -1, -1)
+        for h, a, b in mask.nonzero().tolist():
+            terms = q[a, h] * k[b, h]
+            spread = case.softmax_scale * float(terms.norm())
+            if case.soft_cap is not None:
+                spread *= 1 - math.tanh(case.softmax_scale * float(terms.sum()) / case.soft_cap) ** 2
+            worst = max(worst, spread)
+    assert float(attention(inputs).logit_spread) == pytest.approx(worst, rel=1e-9, abs=1e-12)
