@@ -25,6 +25,7 @@ import torch
 import fuzz.compare
 from backends.registry import get
 from benchmarks.profile_evaluate import draw
+from campaign.worker import pin_hypothesis_constants
 from fuzz.compare import evaluate
 
 ROOT = str(Path(fuzz.compare.__file__).resolve().parents[1])  # the tree whose modules run (another tree's too)
@@ -49,6 +50,7 @@ def main() -> int:
         print("sync_count: no CUDA device here (it counts GPU synchronisations)", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
+    pin_hypothesis_constants()  # two trees draw the same cases
     backend = get(a.backend)
     drawn = draw(backend, a.examples, a.tiers.split(","))
     evaluate(backend, drawn[0])  # first-call costs (imports, allocator, a JIT build) out of the count

@@ -1,7 +1,7 @@
 """The judge's common path on the oracle's device, read back in one copy.
 
 A case whose oracle runs on the GPU holds millions of output elements at the larger size tiers. Judged on the host,
-its float64 outputs cross back and the judge's reductions run on one CPU thread (65 ms for 2M elements, 625 ms for
+its float64 outputs cross back and the judge's reductions run on one CPU thread (66 ms for 2M elements, 625 ms for
 8M, on the 2-core box); judged on the GPU as `fuzz.judge.judge` is written, each of its dozens of reductions is a
 synchronisation of a GPU that a campaign's 16 workers share. Here, in the common case (every element finite, every
 row sees a key, output and LSE shaped as expected), every number the judge reads is one
