@@ -13,7 +13,6 @@ import torch
 from torch import Tensor
 
 from reference.case import AlibiConvention, AttentionType, Case, CausalAlignment
-from reference import transfer
 from reference.inputs import Inputs
 
 LOG2_E = 1.0 / math.log(2.0)
@@ -170,9 +169,8 @@ def cu_seqlens(lengths: list[int], device) -> Tensor:
     return torch.nn.functional.pad(torch.tensor(lengths, device=device).cumsum(0), (1, 0)).to(torch.int32)
 
 
-def cu_seqlens_pair(query_lens: list[int], kv_lens: list[int], device) -> tuple[Tensor, Tensor]:
-    """cu_seqlens of the queries and of the keys, moved to `device` in one copy (each copy of its own was a
-    synchronisation of a GPU that a campaign's workers share: benchmarks/sync_count.py)."""
-    host = [cu_seqlens(query_lens, "cpu"), cu_seqlens(kv_lens, "cpu")]
-    cu_q, cu_k = host if torch.device(device).type == "cpu" else transfer.move_all(host, torch.device(device))
-    return cu_q, cu_k
+def varlen_offsets(inputs: Inputs) -> tuple[Tensor, Tensor]:
+    """cu_seqlens of the queries and of the keys, int32, where the inputs are: Inputs.query_start_loc, and the key
+    offsets summed from Inputs.seq_lens there. Built from the Case on the host instead, each was a copy to the GPU and
+    a synchronisation of a GPU that a campaign's workers share (benchmarks/sync_count.py)."""
+    return inputs.query_start_loc, torch.nn.functional.pad(inputs.seq_lens.cumsum(0), (1, 0)).to(torch.int32)

@@ -24,7 +24,7 @@ from reference.case import AttentionType, CausalAlignment, DType
 from reference.inputs import Inputs
 
 from . import spellings
-from ._convert import cu_seqlens, cu_seqlens_pair, per_sequence, tokens_first_lse, torch_before, unpack_varlen_lse
+from ._convert import per_sequence, tokens_first_lse, torch_before, unpack_varlen_lse, varlen_offsets
 from .base import Actual, Backend, Capabilities, Feature, LseBase
 
 HEAD_SIZES = (32, 64, 96, 128, 256)
@@ -93,10 +93,9 @@ class AtenVarlen(Backend):
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
-        dev = inputs.query.device
         q = inputs.query
         k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
-        cu_q, cu_k = cu_seqlens_pair(case.query_lens, case.kv_lens, dev)
+        cu_q, cu_k = varlen_offsets(inputs)
         causal = case.is_causal  # both kernels align causal masks bottom-right
         scale = spellings.scale_kwargs(case, "scale")
         if self.flash:
@@ -174,11 +173,10 @@ class AtenCudnn(Backend):
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
-        dev = inputs.query.device
         op = getattr(torch.ops.aten, self.op_name)
         if self.varlen:
             k, v = torch.cat(inputs.keys), torch.cat(inputs.values)
-            out, lse = op(inputs.query, k, v, None, cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev),
+            out, lse = op(inputs.query, k, v, None, *varlen_offsets(inputs),
                           max(case.max_query_len, 1), max(case.max_kv_len, 1), True, 0.0, case.is_causal, False,
                           **spellings.scale_kwargs(case, "scale"))[:2]
             if lse is None or not lse.numel():
@@ -268,9 +266,8 @@ class TorchVarlen(Backend):
         from torch.nn.attention.varlen import AuxRequest, varlen_attn
 
         case = inputs.case
-        dev = inputs.query.device
         out, lse = varlen_attn(inputs.query, torch.cat(inputs.keys), torch.cat(inputs.values),
-                               cu_seqlens(case.query_lens, dev), cu_seqlens(case.kv_lens, dev),
+                               *varlen_offsets(inputs),
                                max(case.max_query_len, 1), max(case.max_kv_len, 1),
                                return_aux=AuxRequest(lse=True), **spellings.scale_kwargs(case, "scale"),
                                window_size=spellings.window_pair(case, spellings.MINUS_ONE, causal_in_window=True),

@@ -122,8 +122,8 @@ def error_metrics(row: dict[str, Any], out: Tensor, exp: Tensor, empty: Tensor, 
         row.update(max_err=0.0, mean_err=0.0, max_rel_err=0.0, rmse=0.0, cosine=1.0, error_ratio=0.0)
         return
     flat = int(torch.argmax(d if finite_out else torch.nan_to_num(d, posinf=1e300)))
-    token, head, dim, seq = worst_place(flat, tuple(d.shape), inputs.case.query_starts)
     starts = inputs.case.query_starts
+    token, head, dim, seq = worst_place(flat, tuple(d.shape), starts)
     if finite_out:  # (a - e)^2 is |a - e|^2 to the bit: the difference the caller measured
         a, e, fd, square = out.flatten(), exp.flatten(), d, diff * diff
     else:

@@ -6,7 +6,7 @@ queries and keys only where the matrix would not fit (the chunks are merged by L
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -86,20 +86,27 @@ def sequence_spread(q: Tensor, k: Tensor, visible: Tensor, *, scale: float, soft
     """The largest `scores.logit_spread` over the scores of one sequence that `visible` [H|1, q, k] keeps (0-dim;
     0 where none is), of q [q, H, D] against k [k, H_kv, D], chunked as `attend_sequence` chunks."""
     num_q, num_heads, head_size = q.shape
-    num_k, kv_heads = k.shape[0], k.shape[1]
+    kv_heads = k.shape[1]
     worst = torch.zeros((), dtype=q.dtype, device=q.device)
-    k_chunk = max(1, min(num_k, key_chunk))
+    for rows, keys in blocks(num_q, k.shape[0], num_heads, chunk_elements, key_chunk):
+        qg = q[rows].reshape(-1, kv_heads, num_heads // kv_heads, head_size)
+        kc = k[keys]
+        squares = product("qngd,knd->ngqk", qg * qg, kc * kc).reshape(num_heads, qg.shape[0], kc.shape[0])
+        logits = None if soft_cap is None else product("qngd,knd->ngqk", qg * scale, kc).reshape(squares.shape)
+        spread = logit_spread(squares, logits, scale, soft_cap)
+        worst = torch.maximum(worst, torch.where(visible[:, rows, keys], spread, 0.0).amax())
+    return worst
+
+
+def blocks(num_q: int, num_k: int, num_heads: int, chunk_elements: int = CHUNK_ELEMENTS,
+           key_chunk: int = KEY_CHUNK) -> Iterator[tuple[slice, slice]]:
+    """(query rows, keys) of each block of one sequence's scores the oracle holds at once: at most `key_chunk` keys,
+    and as many queries as keep the block near `chunk_elements` scores. None without a query or a key."""
+    k_chunk = max(1, min(num_k, key_chunk)) if num_k else 1
     q_chunk = max(1, min(num_q, chunk_elements // (num_heads * k_chunk)))
     for qs in range(0, num_q, q_chunk):
-        qg = q[qs:qs + q_chunk].reshape(-1, kv_heads, num_heads // kv_heads, head_size)
         for ks in range(0, num_k, k_chunk):
-            kc = k[ks:ks + k_chunk]
-            squares = product("qngd,knd->ngqk", qg * qg, kc * kc).reshape(num_heads, qg.shape[0], kc.shape[0])
-            logits = None if soft_cap is None else product("qngd,knd->ngqk", qg * scale, kc).reshape(squares.shape)
-            spread = logit_spread(squares, logits, scale, soft_cap)
-            seen = torch.where(visible[:, qs:qs + q_chunk, ks:ks + k_chunk], spread, 0.0)
-            worst = torch.maximum(worst, seen.amax())
-    return worst
+            yield slice(qs, min(num_q, qs + q_chunk)), slice(ks, min(num_k, ks + k_chunk))
 
 
 def sequence_masks(case: Case, device: torch.device) -> tuple[list[Tensor], list[Tensor]]:
@@ -150,24 +157,19 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
     """
     num_q, num_heads = q.shape[0], q.shape[1]
     num_k = k.shape[0]
-    k_chunk = max(1, min(num_k, key_chunk)) if num_k else 1
-    q_chunk = max(1, min(num_q, chunk_elements // (num_heads * k_chunk)))
     if q_pos is None:
         q_pos = torch.arange(num_q, device=q.device) + (num_k - num_q)
     if k_pos is None:
         k_pos = torch.arange(num_k, device=q.device)
     out = torch.zeros(num_q, num_heads, v.shape[-1], dtype=dtype, device=q.device)
     lse = torch.full((num_q, num_heads), -math.inf, dtype=dtype, device=q.device)
-    for qs in range(0, num_q, q_chunk):
-        qe = min(num_q, qs + q_chunk)
-        for ks in range(0, num_k, k_chunk):
-            ke = min(num_k, ks + k_chunk)
-            part_out, part_lse = _attend_block(
-                q[qs:qe].to(dtype), k[ks:ke].to(dtype), v[ks:ke].to(dtype), visible[:, qs:qe, ks:ke],
-                scale=scale, q_pos=q_pos[qs:qe], k_pos=k_pos[ks:ke],
-                alibi=alibi, soft_cap=soft_cap, reorder=reorder,
-                bias=None if bias is None else bias[qs:qe, ks:ke])
-            out[qs:qe], lse[qs:qe] = merge_attn_states(out[qs:qe], lse[qs:qe], part_out, part_lse)
+    for rows, keys in blocks(num_q, num_k, num_heads, chunk_elements, key_chunk):
+        part_out, part_lse = _attend_block(
+            q[rows].to(dtype), k[keys].to(dtype), v[keys].to(dtype), visible[:, rows, keys],
+            scale=scale, q_pos=q_pos[rows], k_pos=k_pos[keys],
+            alibi=alibi, soft_cap=soft_cap, reorder=reorder,
+            bias=None if bias is None else bias[rows, keys])
+        out[rows], lse[rows] = merge_attn_states(out[rows], lse[rows], part_out, part_lse)
     if sink is not None:
         out, lse = add_sink(out, lse, sink)
     return out, lse

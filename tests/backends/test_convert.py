@@ -167,3 +167,21 @@ def test_a_blind_share_twin_draws_its_gpu_backends_region_and_runs_on_the_cpu():
         row = evaluate(twin, case).row
         assert row["verdict"] in ("pass", "blind", "unsupported"), row.get("message")
     check()
+
+
+def test_varlen_offsets_are_the_cases_cumulative_lengths():
+    # the varlen adapters read their cu_seqlens from the inputs' own offsets: they must be the Case's lengths summed
+    from hypothesis import HealthCheck, given, settings
+
+    from backends._convert import cu_seqlens, varlen_offsets
+    from fuzz.strategies import ORACLE_CAPS, Limits, cases
+    from reference.inputs import materialize
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(cases(ORACLE_CAPS, Limits(max_sequences=4, tiers=("small", "tile"))))
+    def check(case):
+        cu_q, cu_k = varlen_offsets(materialize(case))
+        assert cu_q.dtype == cu_k.dtype == torch.int32
+        assert torch.equal(cu_q, cu_seqlens(case.query_lens, "cpu")) and torch.equal(cu_k, cu_seqlens(case.kv_lens, "cpu"))
+
+    check()
