@@ -14,7 +14,9 @@ The folder is `--cache-dir`, else $ATTNREF_CACHE_DIR, else $XDG_CACHE_HOME/attnr
 variable the user set already is kept. MAX_JOBS (read by torch's cpp_extension, and so by FlashInfer's ninja
 builds) is set to the worker's share of the cores, so the campaign's nvcc builds stay within the cores it was
 given (one FlashInfer campaign's builds took a torch campaign beside it from 160 to under 10 examples/s).
-`attnref cache` shows the folder and `attnref cache --clear` empties it.
+The folder also holds attnref's own record of which compile keys were built (`compile-keys/`, campaign.claims), so a
+second campaign knows from its start which modules exist. `attnref cache` shows the folder and `attnref cache --clear`
+empties it.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from pathlib import Path
 # (subfolder, variable): the folder each library's variable points at
 LIBRARY_CACHES = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
                   ("fa4", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"), ("flashinfer", "FLASHINFER_WORKSPACE_BASE"))
+KEYS_FOLDER = "compile-keys"  # campaign.claims: key locks and built markers (no library reads it)
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -75,13 +78,15 @@ def describe(root: Path) -> list[str]:
     for sub, variable in LIBRARY_CACHES:
         size, files = folder_size(root / sub)
         lines.append(f"  {sub:10} {size / 2**20:9.1f} MiB  {files:6} files  ({variable})")
+    size, files = folder_size(root / KEYS_FOLDER)
+    lines.append(f"  {KEYS_FOLDER:10} {size / 2**20:9.1f} MiB  {files:6} files  (attnref: built compile keys)")
     return lines
 
 
 def clear(root: Path) -> int:
     """Remove every library cache under root; returns the bytes freed. Other files in root are left alone."""
     freed = 0
-    for sub, _ in LIBRARY_CACHES:
+    for sub in [sub for sub, _ in LIBRARY_CACHES] + [KEYS_FOLDER]:
         freed += folder_size(root / sub)[0]
         shutil.rmtree(root / sub, ignore_errors=True)
     return freed

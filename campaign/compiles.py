@@ -1,30 +1,27 @@
-"""JIT compiles off the critical path: a compile budget per worker and a backlog of deferred cases per compile key.
+"""JIT compiles off the critical path: a backlog of deferred cases per compile key.
 
 A JIT backend (FA4, FlashInfer, vLLM's Triton kernels, compiled flex) builds one module per compile key
 (`fuzz.strategies.compile_key`: dtype, head size, kv dtype, keyed features). Built once, a key's module is cheap for
 every worker (FA4's and FlashInfer's modules and Triton's / inductor's kernels are kept on disk:
 campaign/caches.py); building it takes seconds to minutes. Measured on an H100 (benchmarks/results/campaigns/
-compile-budget-flashinfer-h100-2026-11-25.md): FlashInfer untold from a cold cache, 211 s, gave 1,471 rows with this
-budget and 33 with every case compiled where drawn, the same keys built in both.
+compile-budget-flashinfer-h100-2026-11-25.md): FlashInfer untold from a cold cache, 211 s, gave 1,471 rows with
+deferring and 33 with every case compiled where drawn, the same keys built in both.
 
-- Worker side (`CompileBudget`): a drawn case whose key no worker has built yet is compiled in place only while this
-  worker's compile time on that backend stays within `share` of its time on it (the first compile always); otherwise
-  the case is *deferred*: sent to the driver with its example number, and the worker draws on, evaluating the cases
-  whose modules exist.
-- Driver side (`Backlog`, kept by campaign.scheduler): deferred cases wait per key. Once a row shows a key built, its
-  cases become a cheap task; a key nobody built yet becomes a *compile task* (evaluate its cases, the first one
-  compiling) for at most a quarter of the workers at once, largest backlog first. When generation has nothing left
-  (an example budget reached), every remaining key is compiled, so every drawn case gets its row.
+- Worker side (campaign.worker with campaign.claims): a drawn case whose key is not built is built in place when the
+  worker gets the key's lock and, once some key of the backend exists, a compile slot; otherwise the case is
+  *deferred*: sent to the driver with its example number, and the worker draws on, evaluating the cases whose modules
+  exist.
+- Driver side (`Backlog`, kept by campaign.scheduler): deferred cases wait per key. Once a row shows a key built (or
+  an earlier campaign's marker says so), its cases become a cheap task. When generation has nothing left (an example
+  budget reached), every remaining key becomes a *compile task* (evaluate its cases, the first one building), largest
+  backlog first, so every drawn case gets its row.
 """
 from __future__ import annotations
 
 import json
-import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-# Share of a worker's time on a backend that in-place compiles may take; the rest evaluates built keys.
-COMPILE_SHARE = 0.3
 # Deferred cases kept per key: beyond it a drawn case of that key is dropped (its example number gets no row).
 BACKLOG_PER_KEY = 64
 CASES_PER_TASK = 32
@@ -33,28 +30,6 @@ CASES_PER_TASK = 32
 def key_text(key: tuple) -> str:
     """A compile key as the JSON text rows and task messages carry."""
     return json.dumps(list(key))
-
-
-@dataclass
-class CompileBudget:
-    """One worker's compile time per backend, against its time on that backend."""
-
-    share: float = COMPILE_SHARE
-    compile_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    since: dict[str, float] = field(default_factory=dict)
-
-    def touch(self, backend: str, now: float | None = None) -> None:
-        self.since.setdefault(backend, time.monotonic() if now is None else now)
-
-    def allows(self, backend: str, now: float | None = None) -> bool:
-        """Whether one more in-place compile fits: none yet, or compiles so far within `share` of the time."""
-        now = time.monotonic() if now is None else now
-        self.touch(backend, now)
-        spent = self.compile_s[backend]
-        return spent == 0.0 or spent <= self.share * (now - self.since[backend])
-
-    def compiled(self, backend: str, seconds: float) -> None:
-        self.compile_s[backend] += seconds
 
 
 @dataclass
@@ -70,10 +45,12 @@ class Backlog:
     def __init__(self, per_key: int = BACKLOG_PER_KEY) -> None:
         self.per_key = per_key
         self.built: dict[str, set[str]] = defaultdict(set)
+        self.deferred: Counter[tuple[str, str]] = Counter()  # every deferral, kept or dropped: keys drawn without a row
         self.keys: dict[tuple[str, str], _Key] = {}
 
     def defer(self, backend: str, key: str, case: str, where: dict) -> None:
         entry = self.keys.setdefault((backend, key), _Key())
+        self.deferred[backend, key] += 1
         if len(entry.cases) >= self.per_key:
             entry.dropped += 1
         else:
@@ -109,3 +86,10 @@ class Backlog:
 
     def dropped(self, backend: str) -> int:
         return sum(e.dropped for (b, _), e in self.keys.items() if b == backend)
+
+    def record(self, backends: list[str]) -> dict:
+        """Per backend: how often each key's cases were deferred, how many wait and were dropped at the end; the
+        rows do not show deferred cases that never got one (benchmarks/jit_campaign.py reads it)."""
+        return {b: {"deferred": {k: n for (b2, k), n in sorted(self.deferred.items()) if b2 == b},
+                    "waiting": self.waiting(b), "dropped": self.dropped(b), "built": sorted(self.built[b])}
+                for b in backends}

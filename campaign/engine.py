@@ -8,6 +8,7 @@ campaign returns a status a shell can read (130 / 143); `--resume` continues it 
 """
 from __future__ import annotations
 
+import json
 import math
 import signal
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Protocol
 
 from .buckets import Buckets, Decision, is_new_failure
+from .caches import KEYS_FOLDER, cache_root
+from .claims import CompileClaims, compile_slots
 from .progress import Progress
 from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
@@ -54,7 +57,7 @@ class CampaignConfig:
     compile_slices: bool = False  # see campaign.scheduler: more examples/s on JIT backends, fewer combinations early
     mps: bool = False  # run the workers under a CUDA MPS daemon (campaign/mps.py)
     cache_dir: str | None = None  # the JIT libraries' compile caches (campaign/caches.py); None: the default folder
-    compile_share: float = 0.3  # in-place JIT compiles' share of a worker's time (campaign/compiles.py); 1: no deferring
+    compile_share: float = 0.3  # JIT builds' share of the workers (campaign/claims.py); 1: every case compiles where drawn
 
 
 @dataclass
@@ -94,8 +97,8 @@ class Driver:
                                    max(10, min(100, math.ceil(cfg.examples * len(cfg.backends) / workers))))
         replays = saved_cases(cfg.out, cfg.backends) if cfg.replay_saved else {}
         self.scheduler = Scheduler(cfg.backends, examples=cfg.examples, shard_size=shard, done=done,
-                                   replays=replays, max_shrinking=max(1, workers // 4), slices=_slice_counts(cfg),
-                                   max_compiling=max(1, workers // 4))
+                                   replays=replays, max_shrinking=max(1, workers // 4), slices=_slice_counts(cfg))
+        self._known_builds()
         self.buckets = Buckets(per_bucket=cfg.shrink_per_bucket)
         for row in earlier:  # a resumed campaign keeps what it knew of its buckets
             if row.get("phase") == "minimal" and is_new_failure(row):
@@ -112,6 +115,13 @@ class Driver:
         self.errored: set[int] = set()
         self.restarts = 0
         self.next_wid = 0
+
+    def _known_builds(self) -> None:
+        """Keys an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at once."""
+        claims = CompileClaims(cache_root(self.wcfg.cache_dir) / KEYS_FOLDER, self.wcfg.slots_dir or ".", 1)
+        for backend in self.cfg.backends:
+            for key in claims.built_keys(backend):
+                self.scheduler.key_built(backend, key)
 
     # --- rows -----------------------------------------------------------------------------------
     def _write(self, row: dict, wid: int | None = None) -> None:
@@ -307,7 +317,8 @@ class Driver:
             interrupted["signal"] = signum
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        deadline = None if self.cfg.seconds is None else time.time() + self.cfg.seconds
+        started = time.time()
+        deadline = None if self.cfg.seconds is None else started + self.cfg.seconds
         try:
             self._loop(deadline, interrupted)
         except HarnessAbort as e:
@@ -330,7 +341,17 @@ class Driver:
         self.progress.tick(force=True)
         self.progress.close()
         self.store.close()
+        self._record_compiles(started)
         return self._result(interrupted["signal"])
+
+    def _record_compiles(self, started: float) -> None:
+        """OUT/compile_draws.json: the campaign's span and workers, and per JIT backend the keys drawn without a row."""
+        record = {"started": started, "ended": time.time(), "workers": self.plumbing.slots,
+                  "compile_slots": self.wcfg.compile_slots, "backends": self.scheduler.backlog.record(self.cfg.backends)}
+        try:
+            (Path(self.cfg.out) / "compile_draws.json").write_text(json.dumps(record, indent=1))
+        except OSError:
+            pass  # the rows are what matters; a full disk was already reported by the store
 
     def _log_traceback(self) -> Path:
         path = Path(self.cfg.out) / "logs" / "driver.log"
@@ -392,7 +413,7 @@ def run_campaign(cfg: CampaignConfig) -> CampaignResult:
 
 
 def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
-    from .caches import cache_root, use_caches
+    from .caches import use_caches
 
     use_caches(cfg.cache_dir)  # before the backends are imported below
     from fuzz.compare import ORACLE_CPU_MAX
@@ -406,7 +427,9 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
     wcfg = WorkerConfig(seed=cfg.seed, limits=cfg.limits, specs=cfg.specs, threads=threads,
                         oracle_cpu_max=cfg.oracle_cpu_max if cfg.oracle_cpu_max is not None else ORACLE_CPU_MAX,
                         shrink_seconds=cfg.shrink_seconds, compile_slices=cfg.compile_slices,
-                        cache_dir=str(cache_root(cfg.cache_dir)), compile_share=cfg.compile_share)
+                        cache_dir=str(cache_root(cfg.cache_dir)), compile_share=cfg.compile_share,
+                        compile_slots=compile_slots(cfg.compile_share, slots),
+                        slots_dir=str(Path(cfg.out).resolve() / "logs" / "compile-slots"))
     if cfg.use_ray:
         from .ray_pool import RayPool
 

@@ -46,7 +46,7 @@ class Scheduler:
     def __init__(self, backends: list[str], *, examples: int | None, shard_size: int = 100,
                  done: dict[tuple[str, int], tuple[int, int]] | None = None,
                  replays: dict[str, tuple[str, ...]] | None = None, max_shrinking: int = 1,
-                 shrink_share: float = 0.25, slices: dict[str, int] | None = None, max_compiling: int = 1) -> None:
+                 shrink_share: float = 0.25, slices: dict[str, int] | None = None) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
         shard size) from an earlier run being resumed; `replays`: saved case JSONs per backend;
         `slices`: the number of compile slices per JIT backend (others: 1)."""
@@ -75,7 +75,6 @@ class Scheduler:
         self.stopped = False
         self.broken: dict[str, str] = {}  # backend -> why no more tasks are given to it
         self.backlog = Backlog()
-        self.max_compiling = max(1, max_compiling)
 
     # --- events ---------------------------------------------------------------------------------
     def add_worker(self, wid: int) -> None:
@@ -195,9 +194,7 @@ class Scheduler:
         for t in self.running.values():
             active[t.backend] += 1
         choices = [b for b in self.backends if b not in self.broken and self._generate_for(b) is not None]
-        compiling = sum(1 for t in self.running.values()
-                        if t.kind == TaskKind.DEFERRED and t.key not in self.backlog.built[t.backend])
-        if compiling < self.max_compiling or not choices:
+        if not choices:  # while generation has work, workers build keys where they draw them (campaign.claims)
             deferred = self._deferred_task(built=False)
             if deferred is not None:
                 return deferred

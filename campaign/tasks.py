@@ -80,13 +80,16 @@ class WorkerConfig:
     shrink_examples: int = 300  # shrink evaluations before the same
     compile_slices: bool = False  # JIT backends' shards draw from one compile slice each (campaign.scheduler)
     cache_dir: str | None = None  # the JIT libraries' compile caches (campaign.caches); None: not set here
-    compile_share: float = 0.3  # share of a worker's time in-place JIT compiles may take (campaign.compiles)
+    compile_share: float = 0.3  # JIT builds' share of the workers (campaign.claims); 1: every case compiles where drawn
+    compile_slots: int = 1  # builds at once once a key is built: compile_share x the host's workers (campaign.claims)
+    slots_dir: str | None = None  # the campaign's compile slot locks (campaign.claims); None: the cache folder's
 
     def to_dict(self) -> dict:
         return {"seed": self.seed, "limits": self.limits, "specs": list(self.specs), "threads": self.threads,
                 "oracle_cpu_max": self.oracle_cpu_max, "shrink_seconds": self.shrink_seconds,
                 "shrink_examples": self.shrink_examples, "compile_slices": self.compile_slices,
-                "cache_dir": self.cache_dir, "compile_share": self.compile_share}
+                "cache_dir": self.cache_dir, "compile_share": self.compile_share,
+                "compile_slots": self.compile_slots, "slots_dir": self.slots_dir}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkerConfig":
@@ -97,7 +100,9 @@ class WorkerConfig:
                    shrink_examples=d.get("shrink_examples", default.shrink_examples),
                    compile_slices=d.get("compile_slices", default.compile_slices),
                    cache_dir=d.get("cache_dir", default.cache_dir),
-                   compile_share=d.get("compile_share", default.compile_share))
+                   compile_share=d.get("compile_share", default.compile_share),
+                   compile_slots=d.get("compile_slots", default.compile_slots),
+                   slots_dir=d.get("slots_dir", default.slots_dir))
 
 
 def cores() -> int:

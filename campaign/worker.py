@@ -1,7 +1,8 @@
 """What a worker does with a task, whatever process or Ray actor it lives in.
 
 A worker keeps its backends (and their compiled kernels) for its whole life, runs one task at a
-time and reports through `send(message)`; it never writes files. Messages (plain dicts):
+time and reports through `send(message)`; it writes no file but campaign.claims' locks and built markers.
+Messages (plain dicts):
   beat     {base_row, started, shard, index}       before each kernel call: if the process dies or
            hangs, the driver knows which case did it (and writes its row from these fields)
   row      {row}                                   one evaluated example (generate, shrink, replay)
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -28,9 +30,11 @@ from fuzz.strategies import Limits, cases, compile_key, compile_slices, warm_up
 from reference.case import Case
 
 from .buckets import row_symptoms
-from .compiles import CompileBudget, key_text
+from .caches import KEYS_FOLDER, cache_root
+from .claims import Claim, CompileClaims
+from .compiles import key_text
 from .store import tensors_b64
-from .tasks import Task, TaskKind, WorkerConfig, shard_seed
+from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
 
 STICKY_EXIT = 3  # a worker's exit status after a sticky device error: its rows are sent, start a fresh one
 
@@ -135,7 +139,8 @@ class Worker:
         self._backends: dict[str, tuple[Any, list[Limits]]] = {}
         self._strategies: dict[tuple[str, int], tuple[Any, frozenset[str]]] = {}
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
-        self.budget = CompileBudget(share=config.compile_share)
+        keys = cache_root(config.cache_dir) / KEYS_FOLDER
+        self.claims = CompileClaims(keys, config.slots_dir or keys / "slots", config.compile_slots)
 
     # --- shared pieces --------------------------------------------------------------------------
     def _loaded(self, name: str) -> tuple[Any, list[Limits]]:
@@ -202,9 +207,10 @@ class Worker:
         row = evaluation.row
         if key[1]:
             row["compile_key"] = key_text(key[1])
-            if first:  # this process built (or loaded) the key's module in this call: it counts against the budget
+            if first:  # this process built (or loaded) the key's module in this call
                 row["first_of_key"] = True
-                self.budget.compiled(backend.name, time.monotonic() - started)
+                # a backend that does not time its first call apart (vLLM's Triton kernels): the whole call was the build
+                row.setdefault("compile_s", row.get("kernel_s") or 0.0)
         if known is not None:
             failing = Verdict(row["verdict"]).is_failure
             if not failing or known.explains_row(row):
@@ -247,23 +253,41 @@ class Worker:
         self.send({"type": "done", "exhausted": exhausted})
 
     # --- tasks ----------------------------------------------------------------------------------
-    def _defers(self, backend, case: Case, built: frozenset[str]) -> str | None:
-        """The case's compile key when the case waits for it (no worker has built it and this worker's compile budget
-        is spent: campaign.compiles), else None (evaluate it now)."""
+    def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[str | None, Claim | None]:
+        """(the case's compile key when the case waits for it, None) or (None, the claim to build it now; None when
+        nothing is to be built): campaign.claims. A case waits while another process builds its key, or while every
+        compile slot is busy once some key of the backend is built."""
         key = compile_key(case, backend.compiled_per, backend.compiled_features)
-        if not key or (backend.name, key) in self._compiled:
-            return None
+        if not key or (backend.name, key) in self._compiled or self.config.compile_share >= 1.0:
+            return None, None
         text = key_text(key)
-        if text in built or self.config.compile_share >= 1.0 or self.budget.allows(backend.name):
-            return None
-        return text
+        if text in built or self.claims.is_built(backend.name, text):
+            return None, None
+        cold = not built and not self.claims.any_built(backend.name)  # nothing of it can be evaluated yet
+        claim = self.claims.claim(backend.name, text, need_slot=not cold)
+        return (text, None) if claim is None else (None, claim)
+
+    def _evaluate_claimed(self, backend, case: Case, where: dict, claim: Claim | None) -> tuple[dict, Evaluation | None]:
+        """Evaluate under a build claim: a first call that returned marks the key built for the whole host."""
+        if claim is None:
+            return self._evaluate(backend, case, where)
+        row: dict = {}
+        jobs = os.environ.get("MAX_JOBS")
+        if claim.slot_fd is not None and jobs is not None:  # a slot's build may use the cores of the idle slots
+            os.environ["MAX_JOBS"] = str(max(int(jobs), cores() // self.config.compile_slots))
+        try:
+            row, evaluation = self._evaluate(backend, case, where)
+        finally:
+            claim.done(built=row.get("verdict") not in (None, Verdict.CRASH.value, Verdict.UNSUPPORTED.value))
+            if jobs is not None:
+                os.environ["MAX_JOBS"] = jobs
+        return row, evaluation
 
     def _generate(self, task: Task, deadline: float | None) -> bool:
         backend, strategy, prefix = self._backend(task.backend, task.shard)
         fresh = _Fresh(prefix)
         state = {"index": 0, "stopped": False}
         built = frozenset(task.built)
-        self.budget.touch(task.backend)
 
         def one(case: Case) -> None:
             if state["stopped"]:
@@ -278,11 +302,11 @@ class Worker:
             if i <= task.start:
                 return  # done in an earlier run: drawn again to reach the same place, not evaluated
             where = {"backend": task.backend, "shard": task.shard, "index": i, "shard_size": task.size}
-            waits_for = self._defers(backend, case, built) if not self.config.compile_slices else None
+            waits_for, claim = self._defers(backend, case, built) if not self.config.compile_slices else (None, None)
             if waits_for is not None:  # the driver hands it out once the key is built (campaign.compiles)
                 self.send({"type": "deferred", "key": waits_for, "case": case.to_json(), **where})
                 return
-            row, evaluation = self._evaluate(backend, case, where)
+            row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
             sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
@@ -386,7 +410,10 @@ class Worker:
             if self._over(deadline):
                 return
             where = {"backend": task.backend, **where}
-            row, evaluation = self._evaluate(backend, Case.from_json(text), where)
+            claim = None
+            if task.key and not any(b == task.backend and key_text(k) == task.key for b, k in self._compiled):
+                claim = self.claims.wait_claim(task.backend, task.key, until=deadline)  # another's build: wait it out
+            row, evaluation = self._evaluate_claimed(backend, Case.from_json(text), where, claim)
             row.update(phase="generate", deferred=True, t=time.time(),
                        example_id=f"{task.backend}/{where['shard']}/{where['index']}", **where)
             sticky = self._marked_sticky(row)  # before it is sent, as a generated row is

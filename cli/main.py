@@ -272,8 +272,9 @@ def parser() -> argparse.ArgumentParser:
                         "runs already): 1.03-1.26x the small-tier examples/s of 16 workers on an H100; while it runs, "
                         "other users' CUDA programs cannot use the GPU")
     f.add_argument("--compile-share", type=float, default=0.3, metavar="SHARE",
-                   help="JIT backends: the share of a worker's time that compiling a module no worker has built may "
-                        "take; a case past it waits until its module exists, and the worker evaluates built ones "
+                   help="JIT backends: the share of the workers that may build modules at once (one build per compile "
+                        "key on the machine); a case whose module is being built, or drawn while every build slot is "
+                        "busy, waits until its module exists, and the worker evaluates built ones "
                         "(default 0.3; 1: compile every case where it is drawn)")
     f.add_argument("--cache-dir", metavar="DIR",
                    help="the JIT libraries' compile caches (Triton, inductor, FA4, FlashInfer), kept between campaigns "

@@ -1,6 +1,7 @@
-"""Compiles off the critical path (campaign/compiles.py): a worker defers a case whose JIT module nobody built once
-its compile budget is spent, the driver hands deferred cases out once their key is built (or as compile tasks), and
-every example still gets exactly one row."""
+"""Compiles off the critical path (campaign/compiles.py, campaign/claims.py): a worker defers a case whose JIT module
+another worker builds, or drawn while every compile slot is busy; the driver hands deferred cases out once their key
+is built (or as compile tasks once generation is over); every example still gets exactly one row, every key is built
+once, and a second campaign over the same cache starts with the first one's keys built."""
 from __future__ import annotations
 
 from collections import Counter
@@ -8,49 +9,31 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from campaign.compiles import Backlog, CompileBudget
+from campaign.compiles import Backlog
 from campaign.engine import CampaignConfig, run_campaign
 from campaign.scheduler import Scheduler
 from campaign.tasks import TaskKind
+from tests.campaign.fake_jit import COMPILE_S
 
 
-def test_the_budget_allows_the_first_compile_then_a_share_of_the_time():
-    budget = CompileBudget(share=0.3)
-    assert budget.allows("b", now=0.0)
-    budget.compiled("b", 3.0)
-    assert not budget.allows("b", now=5.0)  # 3 s of 5 s compiling
-    assert budget.allows("b", now=10.0)  # 3 s of 10 s: within 30 %
-
-
-def test_built_keys_go_first_unbuilt_ones_to_a_few_workers_and_all_at_the_end():
-    s = Scheduler(["jit"], examples=4, shard_size=2, max_compiling=1)
+def test_built_keys_go_first_and_unbuilt_ones_only_once_generation_is_over():
+    s = Scheduler(["jit"], examples=4, shard_size=2)
     for wid in range(3):
         s.add_worker(wid)
     s.defer("jit", "[\"a\"]", "case-a1", {"shard": 0, "index": 1, "shard_size": 2})
     s.defer("jit", "[\"b\"]", "case-b1", {"shard": 0, "index": 2, "shard_size": 2})
     s.key_built("jit", "[\"b\"]")
-    kinds = {wid: (t.kind, t.key) for wid, t in s.schedule()}
-    assert sorted(kinds.values(), key=str) == sorted([(TaskKind.DEFERRED, "[\"b\"]"), (TaskKind.DEFERRED, "[\"a\"]"),
-                                                      (TaskKind.GENERATE, "")], key=str)
+    kinds = sorted(((t.kind, t.key) for _, t in s.schedule()), key=str)
+    # while generation has work, workers build keys where they draw them: no compile task for "a"
+    assert kinds == sorted([(TaskKind.DEFERRED, "[\"b\"]"), (TaskKind.GENERATE, ""), (TaskKind.GENERATE, "")], key=str)
     generate = next(t for t in s.running.values() if t.kind == TaskKind.GENERATE)
     assert generate.built == ("[\"b\"]",)  # workers learn which keys exist
-    assert not s.finished
-
-
-def test_compile_tasks_wait_while_generation_has_work_and_not_after():
-    s = Scheduler(["jit"], examples=2, shard_size=2, max_compiling=1)
-    s.add_worker(0)
-    s.add_worker(1)
-    for key in ("[\"a\"]", "[\"b\"]"):
-        s.defer("jit", key, f"case-{key}", {"shard": 0, "index": 1, "shard_size": 2})
-    first = dict(s.schedule())
-    assert Counter(t.kind for t in first.values()) == Counter({TaskKind.DEFERRED: 1, TaskKind.GENERATE: 1})
-    for wid, t in first.items():
+    for wid, t in list(s.running.items()):
         if t.kind == TaskKind.GENERATE:
-            s.example_done("jit", t.shard, 2)
-            s.task_done(wid)
-    second = dict(s.schedule())  # generation is over: the other unbuilt key goes out although one compiles already
-    assert [t.kind for t in second.values()] == [TaskKind.DEFERRED]
+            s.example_done("jit", t.shard, t.size)
+        s.task_done(wid)
+    assert [(t.kind, t.key) for _, t in s.schedule()] == [(TaskKind.DEFERRED, "[\"a\"]")]  # generation over
+    assert not s.finished
 
 
 def test_a_full_backlog_drops_and_counts():
@@ -60,10 +43,17 @@ def test_a_full_backlog_drops_and_counts():
     assert backlog.waiting("jit") == 2 and backlog.dropped("jit") == 3
 
 
+def _builds(folder) -> list[tuple[str, float, float]]:
+    """(key, start, end) of each sleeping build of the stand-in JIT backend (tests/campaign/fake_jit.py)."""
+    log = folder / "builds.log"
+    return [(k, float(a), float(b)) for k, a, b in (line.split() for line in log.read_text().splitlines())] \
+        if log.exists() else []
+
+
 def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=60, workers=2, progress=False,
-                         specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=60, workers=3, progress=False,
+                         specs=("tests.campaign.fake_jit:backends",), replay_saved=False, cache_dir=str(tmp_path / "c"),
                          limits={"dtypes": ["float32", "bfloat16"], "tiers": ["small"]})
     result = run_campaign(cfg)
     rows = [r for r in result.rows if r.get("phase") == "generate"]
@@ -72,6 +62,10 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
     assert any(r.get("deferred") for r in rows), "no case waited: the test would prove nothing"
     assert all(r.get("compile_key") for r in rows)
     assert result.status == 0
+    # every key was built once, although all three workers drew the simplest case's key first
+    builds = _builds(tmp_path)
+    per_key = Counter(k for k, _, _ in builds)
+    assert len(per_key) >= 3 and max(per_key.values()) == 1, per_key
     # the report's compile-key table: every key that ran, each built by some worker's first call, the waits counted
     from reports.build import build_report
     from reports.compile_keys import built_over_time, compile_key_table
@@ -93,6 +87,26 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
     assert keys_cov["declared"].all() and set(table["compile_key"]) <= set(in_focus["value"])
     assert not in_focus["value"].str.contains('"float16"').any() and keys_cov["value"].str.contains('"float16"').any()
     assert in_focus["drawn"].sum() == 60 and (in_focus["drawn"] > 0).sum() == len(table)
+    # a second campaign over the same cache knows the built keys from its start: their cases never wait
+    again = run_campaign(CampaignConfig(**{**cfg.__dict__, "out": tmp_path / "again", "seed": 1}))
+    warm = [r for r in again.rows if r.get("phase") == "generate" and r["compile_key"] in set(table["compile_key"])]
+    assert warm and not any(r.get("deferred") for r in warm)
+    assert len(_builds(tmp_path)) == len(builds) + sum(1 for r in again.rows if r.get("compile_s", 0) >= COMPILE_S)
+
+
+def test_once_a_key_exists_builds_hold_the_compile_slots(tmp_path, monkeypatch):
+    """A time-bound campaign (no compile tasks: generation never ends): after the first key's marker, the builds of
+    3 workers at --compile-share 0.3 hold the one slot, one at a time; the others evaluate or defer."""
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=None, seconds=8, workers=3,
+                         progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
+                         cache_dir=str(tmp_path / "c"), limits={"dtypes": ["float32", "bfloat16"], "tiers": ["small"]})
+    rows = [r for r in run_campaign(cfg).rows if r.get("phase") == "generate"]
+    first_marker = min(m.stat().st_mtime for m in (tmp_path / "c" / "compile-keys").rglob("*.built"))
+    later = [(a, b) for _, a, b in _builds(tmp_path) if a >= first_marker]
+    assert len(later) >= 2, "fewer than two builds after the first: the test would prove nothing"
+    assert all(sum(1 for a2, b2 in later if a2 < b and a < b2) == 1 for a, b in later), later
+    assert rows and not any(r.get("deferred") and not r.get("compile_key") for r in rows)
 
 
 def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):

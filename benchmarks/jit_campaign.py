@@ -1,0 +1,102 @@
+"""What an untold campaign of JIT backends reached: rows per campaign second, compile keys declared / drawn / built,
+and where worker time went after the first minutes (issue #35's measure).
+
+Usage: python benchmarks/jit_campaign.py RESULTS_DIR [--after 120]
+
+Reads RESULTS_DIR/rows.jsonl, declarations.json and compile_draws.json (the driver's record: the campaign's span, its
+workers, and the keys whose drawn cases were deferred, rows or not).
+
+- rows/s: generated rows of the backend over the whole campaign (start to end, compiles included);
+- keys: declared (declarations.json), drawn (a row or a deferred case), built (a row whose first call returned);
+- after --after seconds, over workers x the rest of the campaign: JIT compile (rows' compile_s: first calls of a key
+  in a process), evaluation (materialize, oracle, kernel, compare: the rest of the rows' time), and the remainder
+  (hypothesis drawing, also the cases it deferred; messages; idle).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fuzz.verdicts import Verdict  # noqa: E402
+
+BUSY = ("materialize_s", "oracle_s", "kernel_s", "compare_s")  # a row's time; compile_s is part of kernel_s
+NO_BUILD = ("crash", "unsupported")
+
+
+def load(results: Path) -> tuple[list[dict], dict, dict]:
+    rows = []
+    for line in (results / "rows.jsonl").read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    declared = json.loads((results / "declarations.json").read_text()) if (results / "declarations.json").exists() else {}
+    record = json.loads((results / "compile_draws.json").read_text())
+    return rows, declared, record
+
+
+def per_backend(rows: list[dict], declared: dict, record: dict) -> list[dict]:
+    span = max(record["ended"] - record["started"], 1e-9)
+    out = []
+    for backend, rec in record["backends"].items():
+        gen = [r for r in rows if r.get("backend") == backend and r.get("phase") == "generate"]
+        ran = {r["compile_key"] for r in gen if r.get("compile_key")}
+        built = {r["compile_key"] for r in rows if r.get("backend") == backend and r.get("compile_key")
+                 and r.get("verdict") not in NO_BUILD}
+        minutes = defaultdict(int)
+        for r in gen:
+            minutes[int((r["t"] - record["started"]) // 60)] += 1
+        out.append(dict(backend=backend, rows=len(gen), rate=len(gen) / span,
+                        declared=len(declared.get(backend, {}).get("compile_key", [])),
+                        drawn=len(ran | set(rec["deferred"])), built=len(built),
+                        waiting=rec["waiting"], dropped=rec["dropped"],
+                        failures=sum(1 for r in gen if Verdict(r["verdict"]).is_failure),
+                        per_minute=[minutes[m] for m in range(int(span // 60) + 1)]))
+    return out
+
+
+def worker_time(rows: list[dict], record: dict, after: float) -> dict:
+    """Shares of workers x (end - start - after) spent compiling and evaluating, rows clipped to the window."""
+    lo, hi = record["started"] + after, record["ended"]
+    total = record["workers"] * max(hi - lo, 1e-9)
+    compile_s = evaluate_s = 0.0
+    for r in rows:
+        if r.get("t") is None or r.get("phase") not in ("generate", "shrink", "replay"):
+            continue
+        busy = sum(r.get(p) or 0.0 for p in BUSY)
+        if busy <= 0:
+            continue
+        inside = max(0.0, min(r["t"], hi) - max(r["t"] - busy, lo)) / busy
+        compiled = min(r.get("compile_s") or 0.0, busy)
+        compile_s += compiled * inside
+        evaluate_s += (busy - compiled) * inside
+    return dict(compile=100 * compile_s / total, evaluation=100 * evaluate_s / total,
+                rest=100 * (1 - (compile_s + evaluate_s) / total))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("results")
+    p.add_argument("--after", type=float, default=120.0, help="seconds from the start left out of the worker-time split")
+    a = p.parse_args(argv)
+    rows, declared, record = load(Path(a.results))
+    span = record["ended"] - record["started"]
+    print(f"campaign: {span:.0f} s, {record['workers']} workers, {record.get('compile_slots')} compile slots\n")
+    print("| backend | generated rows | rows/s (whole campaign) | keys declared | keys drawn | keys built | "
+          "cases waiting at the end | dropped | failing rows | rows per minute |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for t in per_backend(rows, declared, record):
+        print(f"| {t['backend']} | {t['rows']} | {t['rate']:.1f} | {t['declared']} | {t['drawn']} | {t['built']} | "
+              f"{t['waiting']} | {t['dropped']} | {t['failures']} | {' '.join(map(str, t['per_minute']))} |")
+    w = worker_time(rows, record, a.after)
+    print(f"\nworker time after {a.after:.0f} s: JIT compile {w['compile']:.0f} %, evaluation {w['evaluation']:.0f} %, "
+          f"drawing / deferring / idle {w['rest']:.0f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Which worker builds a JIT compile key, and how many build at once: file locks the workers of one host share.
+
+A campaign's workers are separate processes (local or Ray actors) that compile into one cache folder
+(campaign.caches). Without coordination they build the same module side by side: every shard's first drawn case is
+hypothesis' simplest one, so on a cold cache all workers started with the same key (measured on an H100, FlashInfer:
+one key built in the first 69 s by 8 workers; benchmarks/results/campaigns/compile-budget-flashinfer-h100-2026-11-25.md).
+Three things live on disk, under the cache folder and the campaign's folder:
+
+- a key lock per (backend, compile key): the worker holding it builds the key; another that draws the key meanwhile
+  defers the case instead of waiting for the same build;
+- a built marker per key, written once the key's first call returned: any worker of the host (and a later campaign
+  over the same cache) knows the module exists without a round trip through the driver;
+- compile slots, `share x workers` of them per campaign: a build holds one, so builds take at most that share of the
+  workers once something is built. Before any key of a backend is built a worker may build one key without a slot
+  (nothing else of that backend can be evaluated yet).
+
+The OS drops a dead process's locks, so a worker killed mid-build frees its key and its slot.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from pathlib import Path
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _try_lock(path: Path) -> int | None:
+    """An exclusive lock on `path` (created if needed) as an open descriptor, or None while another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing drops the flock
+
+
+class Claim:
+    """A held key lock and, when one was needed, a compile slot; `done` writes the built marker and lets both go."""
+
+    def __init__(self, claims: "CompileClaims", backend: str, key: str, key_fd: int, slot_fd: int | None) -> None:
+        self.claims, self.backend, self.key = claims, backend, key
+        self.key_fd, self.slot_fd = key_fd, slot_fd
+
+    def done(self, built: bool) -> None:
+        if built:
+            self.claims.mark_built(self.backend, self.key)
+        _unlock(self.slot_fd)
+        _unlock(self.key_fd)
+        self.key_fd = self.slot_fd = None
+
+
+class CompileClaims:
+    """Key locks and built markers under `keys_root` (the cache folder), `slots` compile slots under `slots_root`
+    (the campaign's folder)."""
+
+    def __init__(self, keys_root: str | os.PathLike, slots_root: str | os.PathLike, slots: int) -> None:
+        self.keys_root, self.slots_root = Path(keys_root), Path(slots_root)
+        self.slots = max(1, slots)
+        self._built: set[tuple[str, str]] = set()  # markers seen: a marker is never taken back during a campaign
+
+    def _paths(self, backend: str, key: str) -> tuple[Path, Path]:
+        folder = self.keys_root / _safe(backend)
+        folder.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+        return folder / f"{digest}.lock", folder / f"{digest}.built"
+
+    def is_built(self, backend: str, key: str) -> bool:
+        if (backend, key) in self._built:
+            return True
+        if self._paths(backend, key)[1].exists():
+            self._built.add((backend, key))
+            return True
+        return False
+
+    def mark_built(self, backend: str, key: str) -> None:
+        marker = self._paths(backend, key)[1]
+        if not marker.exists():
+            tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(key)
+            os.replace(tmp, marker)
+        self._built.add((backend, key))
+
+    def built_keys(self, backend: str) -> set[str]:
+        """Every key of `backend` some process of this cache built (a warm campaign starts from them)."""
+        folder = self.keys_root / _safe(backend)
+        out = set()
+        for marker in folder.glob("*.built") if folder.is_dir() else ():
+            try:
+                out.add(marker.read_text())
+            except OSError:
+                pass
+        return out
+
+    def any_built(self, backend: str) -> bool:
+        folder = self.keys_root / _safe(backend)
+        return any(b == backend for b, _ in self._built) or (folder.is_dir() and any(folder.glob("*.built")))
+
+    def _slot(self) -> int | None:
+        self.slots_root.mkdir(parents=True, exist_ok=True)
+        for i in range(self.slots):
+            fd = _try_lock(self.slots_root / f"slot-{i}.lock")
+            if fd is not None:
+                return fd
+        return None
+
+    def claim(self, backend: str, key: str, need_slot: bool) -> Claim | None:
+        """The right to build `key` now, or None: another process builds it, or (with `need_slot`) every slot is busy."""
+        lock, _ = self._paths(backend, key)
+        key_fd = _try_lock(lock)
+        if key_fd is None:
+            return None
+        slot_fd = self._slot() if need_slot else None
+        if need_slot and slot_fd is None:
+            _unlock(key_fd)
+            return None
+        return Claim(self, backend, key, key_fd, slot_fd)
+
+    def wait_claim(self, backend: str, key: str, until: float | None = None, poll: float = 0.25) -> Claim | None:
+        """Block until the key is free (None when it turned out built meanwhile, or at `until`): a compile task's
+        worker waits out another's build of the same key instead of building it twice."""
+        lock, _ = self._paths(backend, key)
+        while True:
+            if self.is_built(backend, key):
+                return None
+            key_fd = _try_lock(lock)
+            if key_fd is not None:
+                if self.is_built(backend, key):
+                    _unlock(key_fd)
+                    return None
+                return Claim(self, backend, key, key_fd, None)
+            if until is not None and time.time() >= until:
+                return None
+            time.sleep(poll)
+
+
+def compile_slots(share: float, workers: int) -> int:
+    """Builds a campaign of `workers` runs at once: its compile share of them, at least one."""
+    return max(1, round(share * workers))

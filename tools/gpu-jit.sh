@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Run ON THE DEVICE after the staging calls (tools/stage-wheels.sh; tools/stage-vllm.sh for vLLM): issue #35's measure,
+# an untold campaign of one JIT library's backends (no --limits, no --compile-slices, --workers auto) that outlives
+# one device call. The checkout is copied to /tmp/jit-run/NAME first: every device call lays the working tree anew.
+#   PART=start NAME=flashinfer-cold CACHE=/tmp/jit-cache-fi SECS=600 BACKENDS="flashinfer-decode ..." bash tools/gpu-jit.sh
+#   PART=wait NAME=flashinfer-cold [UNTIL=590] bash tools/gpu-jit.sh   # waits for its end (at most UNTIL s), then collects
+# A warm run is the same command with another NAME and the same CACHE. Into $OUT: NAME.log (device, versions, the
+# campaign's live lines), NAME.md (benchmarks/jit_campaign.py and benchmarks/throughput.py), NAME-summary.md and
+# NAME-compile_keys.csv.
+set -uo pipefail
+OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"; NAME=${NAME:?NAME}; RUN=/tmp/jit-run/$NAME; RES=/tmp/jit-res/$NAME
+[ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
+export PYTHONUNBUFFERED=1
+case ${PART:-start} in
+  start)
+    rm -rf "$RUN" "$RES"; mkdir -p "$RUN" /tmp/jit-res
+    tar cf - --exclude=./.whl --exclude=./.venv --exclude=./.git . | tar xf - -C "$RUN"
+    { bash tools/device-info.sh; echo "backends: $BACKENDS; $SECS s; cache ${CACHE:?CACHE}"; nproc; } > "$OUT/$NAME.log" 2>&1
+    cp "$OUT/$NAME.log" "/tmp/jit-res/$NAME.log"
+    args=(); for b in $BACKENDS; do args+=(--backend "$b"); done
+    cd "$RUN" && PYTHONPATH=$RUN:${PYTHONPATH:-} setsid nohup timeout $((SECS + 240)) python3 -m cli fuzz "${args[@]}" \
+      --time "$SECS" --workers auto --no-replay --cache-dir "$CACHE" --out "$RES" < /dev/null >> "/tmp/jit-res/$NAME.log" 2>&1 &
+    echo $! > "/tmp/jit-res/$NAME.pid"
+    sleep 20; tail -5 "/tmp/jit-res/$NAME.log" ;;
+  wait)
+    pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
+    while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+    cp "/tmp/jit-res/$NAME.log" "$OUT/$NAME.log"
+    if kill -0 "$pid" 2> /dev/null; then echo "still running"; tail -3 "$OUT/$NAME.log"; exit 0; fi
+    cd "$RUN" && export PYTHONPATH=$RUN:${PYTHONPATH:-}
+    timeout 200 python3 -m cli report "$RES" > /dev/null 2>&1
+    { echo "### $NAME"; python3 benchmarks/jit_campaign.py "$RES"; echo; python3 benchmarks/throughput.py "$RES"; } \
+      > "$OUT/$NAME.md" 2>&1
+    cp "$RES/summary.md" "$OUT/$NAME-summary.md" 2>/dev/null
+    cp "$RES/compile_keys.csv" "$OUT/$NAME-compile_keys.csv" 2>/dev/null
+    grep -E "^\[" "$OUT/$NAME.log" | awk 'NR % 4 == 0' | tail -12; tail -4 "$OUT/$NAME.log"; cat "$OUT/$NAME.md" ;;
+esac
