@@ -1,4 +1,5 @@
-"""Which worker builds a JIT compile key, and how many build at once: file locks the workers of one host share.
+"""Which worker builds a JIT compile key, and how many build or load modules at once: file locks the workers of one
+host share.
 
 A campaign's workers are separate processes (local or Ray actors) that compile into one cache folder
 (campaign.caches). Without coordination they build the same module side by side: every shard's first drawn case is
@@ -10,9 +11,11 @@ Three things live on disk, under the cache folder and the campaign's folder:
   defers the case instead of waiting for the same build;
 - a built marker per key, written once the key's first call returned: any worker of the host (and a later campaign
   over the same cache) knows the module exists without a round trip through the driver;
-- compile slots, `share x workers` of them per campaign: a build holds one, so builds take at most that share of the
-  workers once something is built. Before any key of a backend is built a worker may build one key without a slot
-  (nothing else of that backend can be evaluated yet).
+- compile slots, `share x workers` of them per campaign: a build, and a load of a built key into a process that has
+  not run it, holds one, so first calls take at most that share of the workers. Measured on an H100
+  (benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md): letting each worker build one key per backend before
+  any was built gave 16 x 3 concurrent FlashInfer builds of 60-400 s, and FA4's loads of cached keys (2-5 s each in
+  every process that met the key) were 700 of its 1,000 first calls.
 
 The OS drops a dead process's locks, so a worker killed mid-build frees its key and its slot.
 """
@@ -48,12 +51,12 @@ def _unlock(fd: int | None) -> None:
 class Claim:
     """A held key lock and, when one was needed, a compile slot; `done` writes the built marker and lets both go."""
 
-    def __init__(self, claims: "CompileClaims", backend: str, key: str, key_fd: int, slot_fd: int | None) -> None:
+    def __init__(self, claims: "CompileClaims", backend: str, key: str, key_fd: int | None, slot_fd: int | None) -> None:
         self.claims, self.backend, self.key = claims, backend, key
         self.key_fd, self.slot_fd = key_fd, slot_fd
 
     def done(self, built: bool) -> None:
-        if built:
+        if built and self.key:
             self.claims.mark_built(self.backend, self.key)
         _unlock(self.slot_fd)
         _unlock(self.key_fd)
@@ -102,10 +105,6 @@ class CompileClaims:
                 pass
         return out
 
-    def any_built(self, backend: str) -> bool:
-        folder = self.keys_root / _safe(backend)
-        return any(b == backend for b, _ in self._built) or (folder.is_dir() and any(folder.glob("*.built")))
-
     def _slot(self) -> int | None:
         self.slots_root.mkdir(parents=True, exist_ok=True)
         for i in range(self.slots):
@@ -114,17 +113,22 @@ class CompileClaims:
                 return fd
         return None
 
-    def claim(self, backend: str, key: str, need_slot: bool) -> Claim | None:
-        """The right to build `key` now, or None: another process builds it, or (with `need_slot`) every slot is busy."""
+    def claim(self, backend: str, key: str) -> Claim | None:
+        """The right to build `key` now (its lock and a slot), or None: another process builds it, or every slot is busy."""
         lock, _ = self._paths(backend, key)
         key_fd = _try_lock(lock)
         if key_fd is None:
             return None
-        slot_fd = self._slot() if need_slot else None
-        if need_slot and slot_fd is None:
+        slot_fd = self._slot()
+        if slot_fd is None:
             _unlock(key_fd)
             return None
         return Claim(self, backend, key, key_fd, slot_fd)
+
+    def slot_only(self) -> Claim | None:
+        """A compile slot alone, to load a built key's module into this process (no key lock: loads do not collide)."""
+        slot_fd = self._slot()
+        return None if slot_fd is None else Claim(self, "", "", None, slot_fd)
 
     def wait_claim(self, backend: str, key: str, until: float | None = None, poll: float = 0.25) -> Claim | None:
         """Block until the key is free (None when it turned out built meanwhile, or at `until`): a compile task's

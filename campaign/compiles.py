@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 # Deferred cases kept per key: beyond it a drawn case of that key is dropped (its example number gets no row).
 BACKLOG_PER_KEY = 64
 CASES_PER_TASK = 32
+LOAD_BATCH = 8  # waiting cases for which a worker without the key's module loads it (see Backlog.take)
 
 
 def key_text(key: tuple) -> str:
@@ -65,14 +66,22 @@ class Backlog:
         if entry is not None:
             entry.building = False
 
-    def take(self, *, built: bool, skip: set[str] = frozenset()) -> tuple[str, str, list[tuple[str, dict]]] | None:
+    def take(self, *, built: bool, skip: set[str] = frozenset(), here: set[tuple[str, str]] | None = None,
+             elsewhere: set[tuple[str, str]] = frozenset()) -> tuple[str, str, list[tuple[str, dict]]] | None:
         """(backend, key, cases) of a built key's waiting cases (built=True), or of the unbuilt key with the most
-        cases, marked building (built=False); None when there is none. Backends in `skip` are left out."""
+        cases, marked building (built=False); None when there is none. Backends in `skip` are left out.
+
+        With `here` (the keys the asking worker has loaded) a built key goes to it when it has the key loaded, when
+        no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a load costs seconds per process
+        (FA4: 2-5 s), so cases follow the workers that hold their module."""
         ready = [(b, k) for (b, k), e in self.keys.items()
                  if e.cases and not e.building and b not in skip and (k in self.built[b]) == built]
+        if built and here is not None:
+            ready = [bk for bk in ready
+                     if bk in here or bk not in elsewhere or len(self.keys[bk].cases) >= LOAD_BATCH]
         if not ready:
             return None
-        backend, key = max(ready, key=lambda bk: len(self.keys[bk].cases))
+        backend, key = max(ready, key=lambda bk: (here is not None and bk in here, len(self.keys[bk].cases)))
         entry = self.keys[backend, key]
         cases, entry.cases = entry.cases[:CASES_PER_TASK], entry.cases[CASES_PER_TASK:]
         entry.building = not built

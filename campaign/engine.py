@@ -148,7 +148,7 @@ class Driver:
         self.beats.pop(wid, None)
         phase = row.get("phase")
         if row.get("compile_key"):
-            self.scheduler.key_built(row["backend"], row["compile_key"])
+            self.scheduler.key_built(row["backend"], row["compile_key"], wid)
         if phase == "generate":
             self.scheduler.example_done(row["backend"], row["shard"], row["index"])
             decision = self.buckets.observe(row)
@@ -170,7 +170,8 @@ class Driver:
         if decision == Decision.SHRINK:
             self.origins[(row["backend"], row["shard"], row["index"])] = row
             self.scheduler.add(Task(TaskKind.SHRINK, row["backend"], shard=row["shard"], size=row["shard_size"],
-                                    target=row["index"], signature=self.buckets.target(row).coarse))
+                                    target=row["index"], signature=self.buckets.target(row).coarse,
+                                    key=self.scheduler.focus_of(row["backend"], row["shard"])))
         elif decision == Decision.SAVE and not row.get("sticky"):  # a sticky worker sends its own case
             self._save_unshrunk(row, "not shrunk: " + ("it hung" if row["verdict"] == "timeout" else "its process died"))
 

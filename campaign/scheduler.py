@@ -34,12 +34,19 @@ WARMUP_SHARD = 20
 SLICE_SLACK = 2
 
 
+# A JIT backend's new shards drawn from one compile key the asking worker has loaded, per shard drawn from its whole
+# space (which finds new keys and feeds the builds): on a cold cache few of hundreds of keys exist, and whole-space
+# shards then spend their time drawing cases that wait (campaign.compiles).
+FOCUSED_PER_WHOLE = 2
+
+
 @dataclass
 class _Shard:
     size: int
     done: int = 0
     running: bool = False
     closed: bool = False  # ran to its end (or hypothesis had nothing more to draw)
+    key: str = ""  # a focused shard's compile key (every case it evaluates is of that key)
 
 
 class Scheduler:
@@ -75,6 +82,7 @@ class Scheduler:
         self.stopped = False
         self.broken: dict[str, str] = {}  # backend -> why no more tasks are given to it
         self.backlog = Backlog()
+        self.loaded: dict[int, set[tuple[str, str]]] = defaultdict(set)  # worker -> (backend, compile key) it ran
 
     # --- events ---------------------------------------------------------------------------------
     def add_worker(self, wid: int) -> None:
@@ -99,9 +107,12 @@ class Scheduler:
         if s is not None:
             s.done = max(s.done, where.get("index") or 0)
 
-    def key_built(self, backend: str, key: str) -> None:
-        """A row of `backend` ran a case of compile key `key`: its module exists now."""
+    def key_built(self, backend: str, key: str, wid: int | None = None) -> None:
+        """A row of `backend` ran a case of compile key `key` (in worker `wid`): its module exists now, and is
+        loaded in that worker."""
         self.backlog.mark_built(backend, key)
+        if wid is not None:
+            self.loaded[wid].add((backend, key))
 
     def task_done(self, wid: int, exhausted: bool = False) -> None:
         """`wid` finished its task; `exhausted`: hypothesis had no more cases to draw for the shard."""
@@ -123,6 +134,7 @@ class Scheduler:
         later in another worker; a shrink or replay is not retried (its rows say what happened)."""
         if wid in self.idle:
             self.idle.remove(wid)
+        self.loaded.pop(wid, None)
         task = self.running.pop(wid, None)
         if task is not None and task.kind == TaskKind.GENERATE:
             s = self.shards[task.backend][task.shard]
@@ -187,7 +199,9 @@ class Scheduler:
                 if task.kind == TaskKind.SHRINK:
                     self.shrunk_backends.add(task.backend)
                 return task
-        deferred = self._deferred_task(built=True)  # cases whose module exists now: cheap, and owed a row
+        elsewhere = set().union(*(v for w, v in self.loaded.items() if w != wid))
+        # cases whose module exists now: cheap where it is loaded, and owed a row
+        deferred = self._deferred_task(built=True, here=self.loaded[wid], elsewhere=elsewhere)
         if deferred is not None:
             return deferred
         active = defaultdict(int)
@@ -195,7 +209,7 @@ class Scheduler:
             active[t.backend] += 1
         choices = [b for b in self.backends if b not in self.broken and self._generate_for(b) is not None]
         if not choices:  # while generation has work, workers build keys where they draw them (campaign.claims)
-            deferred = self._deferred_task(built=False)
+            deferred = self._deferred_task(built=True) or self._deferred_task(built=False)
             if deferred is not None:
                 return deferred
         if not choices:
@@ -204,8 +218,8 @@ class Scheduler:
         backend = min(choices, key=lambda b: (active[b], self.generated(b), b != warm, self.backends.index(b)))
         return self._generate_for(backend, create=True, wid=wid)
 
-    def _deferred_task(self, built: bool) -> Task | None:
-        taken = self.backlog.take(built=built, skip=set(self.broken))
+    def _deferred_task(self, built: bool, **where) -> Task | None:
+        taken = self.backlog.take(built=built, skip=set(self.broken), **where)
         if taken is None:
             return None
         backend, key, cases = taken
@@ -252,7 +266,8 @@ class Scheduler:
         for j in sorted(shards, key=lambda j: (self.slice_of(backend, j) != mine, j)):
             s = shards[j]
             if not s.closed and not s.running and s.done < s.size:
-                return Task(TaskKind.GENERATE, backend, shard=j, size=s.size, start=s.done, built=self._built(backend))
+                return Task(TaskKind.GENERATE, backend, shard=j, size=s.size, start=s.done, built=self._built(backend),
+                            key=s.key)
         planned = sum(s.size for s in shards.values())
         if self.examples is not None and planned >= self.examples:
             return None
@@ -265,9 +280,25 @@ class Scheduler:
             if p is None:
                 return None
             j = next(j for j in itertools.count(1) if j not in shards and (j - 1) % self.slices[backend] == p)
+        key = self._focus(backend, wid) if j > 0 and self.slices[backend] == 1 else ""
         if create:
-            shards[j] = _Shard(size=size)
-        return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0, built=self._built(backend))
+            shards[j] = _Shard(size=size, key=key)
+        return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0, built=self._built(backend), key=key)
+
+    def _focus(self, backend: str, wid: int | None) -> str:
+        """The compile key a new shard of `backend` focuses on: one `wid` has loaded, the least focused one, while
+        focused shards are fewer than FOCUSED_PER_WHOLE per whole-space shard; "" (the whole space) otherwise."""
+        mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
+        shards = [s for j, s in self.shards[backend].items() if j > 0]
+        focused = [s.key for s in shards if s.key]
+        if not mine or len(focused) >= FOCUSED_PER_WHOLE * (len(shards) - len(focused) + 1):
+            return ""
+        return min(mine, key=lambda k: (focused.count(k), k))
+
+    def focus_of(self, backend: str, shard: int) -> str:
+        """The compile key shard `shard` of `backend` focuses on ("" for the whole space): its shrinks draw alike."""
+        s = self.shards.get(backend, {}).get(shard)
+        return s.key if s is not None else ""
 
     def _built(self, backend: str) -> tuple[str, ...]:
         return tuple(sorted(self.backlog.built[backend]))

@@ -35,7 +35,7 @@ class Task:
     signature: tuple[str, str, str] | None = None  # SHRINK: (backend, verdict, symptom) to keep failing
     cases: tuple[str, ...] = field(default_factory=tuple)  # REPLAY, DEFERRED: case JSON texts
     wheres: tuple[dict, ...] = field(default_factory=tuple)  # DEFERRED: each case's shard, index and shard_size
-    key: str = ""  # DEFERRED: the compile key of its cases (campaign.compiles.key_text)
+    key: str = ""  # DEFERRED: the compile key of its cases; GENERATE, SHRINK: the key a focused shard draws (campaign.compiles)
     built: tuple[str, ...] = field(default_factory=tuple)  # GENERATE: compile keys some worker has built
 
     def to_dict(self) -> dict:
@@ -54,7 +54,8 @@ class Task:
     @property
     def label(self) -> str:
         if self.kind == TaskKind.GENERATE:
-            return f"{self.backend} shard {self.shard} [{self.start + 1}..{self.size}]"
+            focus = f" of compile key {self.key}" if self.key else ""
+            return f"{self.backend} shard {self.shard} [{self.start + 1}..{self.size}]{focus}"
         if self.kind == TaskKind.SHRINK:
             return f"{self.backend} shrink shard {self.shard} example {self.target}"
         if self.kind == TaskKind.DEFERRED:

@@ -26,7 +26,7 @@ from fuzz.compare import Evaluation, base_row, evaluate
 from fuzz.judge import Verdict
 from fuzz.ledger import known_for
 from fuzz.simplify import simplify
-from fuzz.strategies import Limits, cases, compile_key, compile_slices, warm_up
+from fuzz.strategies import Limits, cases, compile_key, compile_slices, key_limits, warm_up
 from reference.case import Case
 
 from .buckets import row_symptoms
@@ -137,7 +137,7 @@ class Worker:
         self.should_stop = should_stop
         self.limits = Limits(**config.limits)
         self._backends: dict[str, tuple[Any, list[Limits]]] = {}
-        self._strategies: dict[tuple[str, int], tuple[Any, frozenset[str]]] = {}
+        self._strategies: dict[tuple[str, int | str], tuple[Any, frozenset[str]]] = {}
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
         keys = cache_root(config.cache_dir) / KEYS_FOLDER
         self.claims = CompileClaims(keys, config.slots_dir or keys / "slots", config.compile_slots)
@@ -152,14 +152,20 @@ class Worker:
             self._backends[name] = (backend, slices)
         return self._backends[name]
 
-    def _backend(self, name: str, shard: int):
+    def _backend(self, name: str, shard: int, key: str = ""):
         """(backend, strategy, fixed prefix) of `name` for `shard`, built once per process: shard 0 is the
         warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers;
-        a JIT backend's later shards draw from their compile slice (campaign.scheduler)."""
+        a JIT backend's later shards draw from their compile slice, or only cases of compile key `key` (a focused
+        shard: campaign.scheduler)."""
         backend, slices = self._loaded(name)
-        which = -1 if shard == 0 else (shard - 1) % len(slices)
+        which: Any = key or (-1 if shard == 0 else (shard - 1) % len(slices))
         if (name, which) not in self._strategies:
-            strategy = cases(backend.caps, warm_up(self.limits) if shard == 0 else slices[which])
+            if key:
+                per, keyed = backend.compiled_per, backend.compiled_features
+                narrowed = key_limits(backend.caps, self.limits, per, keyed, json.loads(key))
+                strategy = cases(backend.caps, narrowed).filter(lambda c: key_text(compile_key(c, per, keyed)) == key)
+            else:
+                strategy = cases(backend.caps, warm_up(self.limits) if shard == 0 else slices[which])
             self._strategies[name, which] = (strategy, self._fixed_prefix(strategy) if shard else frozenset())
         strategy, prefix = self._strategies[name, which]
         return backend, strategy, prefix
@@ -254,21 +260,28 @@ class Worker:
 
     # --- tasks ----------------------------------------------------------------------------------
     def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[str | None, Claim | None]:
-        """(the case's compile key when the case waits for it, None) or (None, the claim to build it now; None when
-        nothing is to be built): campaign.claims. A case waits while another process builds its key, or while every
-        compile slot is busy once some key of the backend is built."""
+        """(the case's compile key when the case waits for it, None) or (None, the claim to build or load its module
+        here now; None when this process has run the key): campaign.claims. Building a key and loading a built one
+        into this process both take a compile slot (measured on an H100: FA4 loads a cached key in 2-5 s per process,
+        FlashInfer builds one in 5-400 s); a case waits while another process builds its key or every slot is busy,
+        and the driver hands it to a worker that has the key loaded."""
         key = compile_key(case, backend.compiled_per, backend.compiled_features)
         if not key or (backend.name, key) in self._compiled or self.config.compile_share >= 1.0:
             return None, None
         text = key_text(key)
-        if text in built or self.claims.is_built(backend.name, text):
-            return None, None
-        cold = not built and not self.claims.any_built(backend.name)  # nothing of it can be evaluated yet
-        claim = self.claims.claim(backend.name, text, need_slot=not cold)
+        claim = (self.claims.slot_only() if text in built or self.claims.is_built(backend.name, text)
+                 else self.claims.claim(backend.name, text))
         return (text, None) if claim is None else (None, claim)
 
+    def _unbuilt(self, backend, case: Case) -> bool:
+        """Whether the case's module is neither in this process nor built on the host (shrinking skips such cases:
+        one build outlasts a shrink's whole budget)."""
+        key = compile_key(case, backend.compiled_per, backend.compiled_features)
+        return (bool(key) and (backend.name, key) not in self._compiled and self.config.compile_share < 1.0
+                and not self.claims.is_built(backend.name, key_text(key)))
+
     def _evaluate_claimed(self, backend, case: Case, where: dict, claim: Claim | None) -> tuple[dict, Evaluation | None]:
-        """Evaluate under a build claim: a first call that returned marks the key built for the whole host."""
+        """Evaluate under a claim: a first call that returned marks the key built for the whole host."""
         if claim is None:
             return self._evaluate(backend, case, where)
         row: dict = {}
@@ -284,7 +297,7 @@ class Worker:
         return row, evaluation
 
     def _generate(self, task: Task, deadline: float | None) -> bool:
-        backend, strategy, prefix = self._backend(task.backend, task.shard)
+        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key)
         fresh = _Fresh(prefix)
         state = {"index": 0, "stopped": False}
         built = frozenset(task.built)
@@ -308,6 +321,8 @@ class Worker:
                 return
             row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
+            if task.key:
+                row["focus_key"] = task.key  # a focused shard's row (campaign.scheduler.FOCUSED_PER_WHOLE)
             sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
             if sticky:
@@ -325,7 +340,7 @@ class Worker:
         return not state["stopped"] and state["index"] < task.size
 
     def _shrink(self, task: Task, deadline: float | None) -> None:
-        backend, strategy, prefix = self._backend(task.backend, task.shard)
+        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key)
         fresh = _Fresh(prefix)
         target = tuple(task.signature) if task.signature else None
         where = {"backend": task.backend, "shard": task.shard, "index": task.target, "shard_size": task.size}
@@ -344,6 +359,8 @@ class Worker:
             elif (state["evals"] >= self.config.shrink_examples or self._over(deadline)
                   or time.monotonic() - state["t0"] > self.config.shrink_seconds):
                 return  # out of shrink budget: every candidate now "passes", so hypothesis keeps the best so far
+            elif self._unbuilt(backend, case):
+                return  # a candidate whose module nobody built "passes": the shrink stays within built keys
             row, evaluation = self._shrink_step(backend, task, case, where)
             state["evals"] += 1
             if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
@@ -393,6 +410,8 @@ class Worker:
         """Set the shrunk case's cache dtype, layout and table to their simplest declared values where it
         still shows the target symptom (fuzz.simplify: hypothesis seldom gets a cache dtype back to auto)."""
         def still_fails(case: Case) -> bool:
+            if self._unbuilt(backend, case):
+                return False
             row, evaluation = self._shrink_step(backend, task, case, where)
             if tuple(target[1:]) in row_symptoms(row):
                 state["best"] = (row, evaluation)

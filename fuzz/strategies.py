@@ -164,6 +164,21 @@ def compile_key(case: Case, per: tuple[str, ...], features: tuple[Feature, ...] 
     return (*(values[name] for name in per), *(f.value for f in features if f.value in on))
 
 
+def key_limits(caps: Capabilities, limits: Limits, per: tuple[str, ...], features: tuple[Feature, ...],
+               key: list | tuple) -> Limits:
+    """`limits` narrowed towards one compile key (`compile_key`'s form, or its JSON list): the `per` fields fixed to
+    the key's values, the compile-keyed features the key does not switch on left out. Cases drawn within may still
+    leave some of the key's features off, or draw another value size: callers filter on `compile_key`."""
+    fields: dict[str, tuple] = {}
+    for name, value in zip(per, key):
+        fields[name] = (int(value[0]),) if name == "head_sizes" else (value,)
+    on = set(key[len(per):])
+    keyed = {f.value for f in features}
+    drawn = [f.value for f in caps.features if limits.features is None or f.value in limits.features]
+    fields["features"] = tuple(sorted(f for f in drawn if f not in keyed or f in on))
+    return replace(limits, **fields)
+
+
 def declared_compile_keys(caps: Capabilities, limits: Limits, per: tuple[str, ...],
                           features: tuple[Feature, ...] = ()) -> list[tuple]:
     """Every compile key (`compile_key`'s form) the declaration admits within the focus: each declared dtype,

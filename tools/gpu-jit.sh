@@ -17,11 +17,13 @@ case ${PART:-start} in
     tar cf - --exclude=./.whl --exclude=./.venv --exclude=./.git . | tar xf - -C "$RUN"
     { bash tools/device-info.sh; echo "backends: $BACKENDS; $SECS s; cache ${CACHE:?CACHE}"; nproc; } > "$OUT/$NAME.log" 2>&1
     cp "$OUT/$NAME.log" "/tmp/jit-res/$NAME.log"
-    args=(); for b in $BACKENDS; do args+=(--backend "$b"); done
-    cd "$RUN" && PYTHONPATH=$RUN:${PYTHONPATH:-} setsid nohup timeout $((SECS + 240)) python3 -m cli fuzz "${args[@]}" \
-      --time "$SECS" --workers auto --no-replay --cache-dir "$CACHE" --out "$RES" < /dev/null >> "/tmp/jit-res/$NAME.log" 2>&1 &
+    args=""; for b in $BACKENDS; do args="$args --backend $b"; done
+    # its own session, started from the top shell (as tools/gpu-bg.sh): the device keeps it between calls
+    setsid nohup env PYTHONPATH="$RUN:${PYTHONPATH:-}" bash -c "cd $RUN && exec timeout $((SECS + 240)) python3 -m cli \
+      fuzz $args --time $SECS --workers auto --no-replay --cache-dir $CACHE --out $RES" \
+      >> "/tmp/jit-res/$NAME.log" 2>&1 < /dev/null &
     echo $! > "/tmp/jit-res/$NAME.pid"
-    sleep 20; tail -5 "/tmp/jit-res/$NAME.log" ;;
+    sleep 40; ps -o pid,etime,cmd -p "$(cat /tmp/jit-res/$NAME.pid)" | cut -c1-120; tail -3 "/tmp/jit-res/$NAME.log" ;;
   wait)
     pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
     while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 5; done

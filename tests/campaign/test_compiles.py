@@ -4,6 +4,7 @@ is built (or as compile tasks once generation is over); every example still gets
 once, and a second campaign over the same cache starts with the first one's keys built."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pandas as pd
@@ -34,6 +35,52 @@ def test_built_keys_go_first_and_unbuilt_ones_only_once_generation_is_over():
         s.task_done(wid)
     assert [(t.kind, t.key) for _, t in s.schedule()] == [(TaskKind.DEFERRED, "[\"a\"]")]  # generation over
     assert not s.finished
+
+
+def test_built_keys_cases_follow_the_worker_that_has_their_module_loaded():
+    """A load costs seconds per process (FA4: 2-5 s on an H100): a built key's few waiting cases go to the worker
+    that ran the key, another worker takes them only once LOAD_BATCH wait or nobody has the key loaded."""
+    from campaign.compiles import LOAD_BATCH
+
+    s = Scheduler(["jit"], examples=None, shard_size=10)
+    for wid in range(2):
+        s.add_worker(wid)
+    s.key_built("jit", "k", wid=1)
+    for i in range(3):
+        s.defer("jit", "k", f"case-{i}", {"shard": 0, "index": i + 1, "shard_size": 10})
+    s.idle = [0]  # worker 1 is busy
+    assert [t.kind for _, t in s.schedule()] == [TaskKind.GENERATE]
+    s.idle.append(1)
+    assert [(w, t.kind, len(t.cases)) for w, t in s.schedule()] == [(1, TaskKind.DEFERRED, 3)]
+    for i in range(LOAD_BATCH):
+        s.defer("jit", "k", f"more-{i}", {"shard": 1, "index": i + 1, "shard_size": 10})
+    s.task_done(0)
+    assert [(w, t.kind) for w, t in s.schedule()] == [(0, TaskKind.DEFERRED)]  # enough cases to pay for a load
+    s.worker_lost(1)
+    s.defer("jit", "k", "last", {"shard": 2, "index": 1, "shard_size": 10})
+    s.task_done(0)
+    assert [(w, t.kind) for w, t in s.schedule()] == [(0, TaskKind.DEFERRED)]  # nobody else has it loaded now
+
+
+def test_a_worker_s_new_shards_focus_on_keys_it_has_loaded_two_per_whole_space_one():
+    from campaign.scheduler import FOCUSED_PER_WHOLE
+
+    s = Scheduler(["jit"], examples=None, shard_size=5)
+    s.add_worker(0)
+    keys = []
+    for _ in range(12):
+        (wid, task), = s.schedule()
+        keys.append(task.key)
+        if task.shard == 1:
+            s.key_built("jit", "k1", wid=0)
+            s.key_built("jit", "k2", wid=0)
+        s.example_done("jit", task.shard, task.size)
+        s.task_done(wid)
+    # the warm-up, the whole space; then up to FOCUSED_PER_WHOLE focused shards per whole-space one (counting one
+    # ahead), the least focused key first
+    assert FOCUSED_PER_WHOLE == 2
+    assert keys == ["", "", "k1", "k2", "k1", "k2", "", "k1", "k2", "", "k1", "k2"]
+    assert s.focus_of("jit", 2) == "k1" and s.focus_of("jit", 6) == ""  # shrinks draw as their shard did
 
 
 def test_a_full_backlog_drops_and_counts():
@@ -87,26 +134,27 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
     assert keys_cov["declared"].all() and set(table["compile_key"]) <= set(in_focus["value"])
     assert not in_focus["value"].str.contains('"float16"').any() and keys_cov["value"].str.contains('"float16"').any()
     assert in_focus["drawn"].sum() == 60 and (in_focus["drawn"] > 0).sum() == len(table)
-    # a second campaign over the same cache knows the built keys from its start: their cases never wait
+    # a second campaign over the same cache knows the built keys from its start (campaign.claims' markers), and
+    # builds none of them again
     again = run_campaign(CampaignConfig(**{**cfg.__dict__, "out": tmp_path / "again", "seed": 1}))
-    warm = [r for r in again.rows if r.get("phase") == "generate" and r["compile_key"] in set(table["compile_key"])]
-    assert warm and not any(r.get("deferred") for r in warm)
+    record = json.loads((tmp_path / "again" / "compile_draws.json").read_text())
+    assert set(table["compile_key"]) <= set(record["backends"]["test-fake-jit"]["built"])
+    assert {r["compile_key"] for r in again.rows if r.get("phase") == "generate"} & set(table["compile_key"])
     assert len(_builds(tmp_path)) == len(builds) + sum(1 for r in again.rows if r.get("compile_s", 0) >= COMPILE_S)
 
 
-def test_once_a_key_exists_builds_hold_the_compile_slots(tmp_path, monkeypatch):
-    """A time-bound campaign (no compile tasks: generation never ends): after the first key's marker, the builds of
-    3 workers at --compile-share 0.3 hold the one slot, one at a time; the others evaluate or defer."""
+def test_builds_hold_the_compile_slots(tmp_path, monkeypatch):
+    """A time-bound campaign (no compile tasks: generation never ends): the builds of 3 workers at --compile-share 0.3
+    hold the one slot, one at a time, from the first on; the others evaluate built keys or defer."""
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
     cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=None, seconds=8, workers=3,
                          progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
                          cache_dir=str(tmp_path / "c"), limits={"dtypes": ["float32", "bfloat16"], "tiers": ["small"]})
     rows = [r for r in run_campaign(cfg).rows if r.get("phase") == "generate"]
-    first_marker = min(m.stat().st_mtime for m in (tmp_path / "c" / "compile-keys").rglob("*.built"))
-    later = [(a, b) for _, a, b in _builds(tmp_path) if a >= first_marker]
-    assert len(later) >= 2, "fewer than two builds after the first: the test would prove nothing"
-    assert all(sum(1 for a2, b2 in later if a2 < b and a < b2) == 1 for a, b in later), later
-    assert rows and not any(r.get("deferred") and not r.get("compile_key") for r in rows)
+    builds = [(a, b) for _, a, b in _builds(tmp_path)]
+    assert len(builds) >= 2, "fewer than two builds: the test would prove nothing"
+    assert all(sum(1 for a2, b2 in builds if a2 < b and a < b2) == 1 for a, b in builds), builds
+    assert rows and any(not r.get("first_of_key") for r in rows)
 
 
 def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):

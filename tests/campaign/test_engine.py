@@ -195,5 +195,8 @@ def test_a_jit_backend_s_shards_each_draw_one_compile_slice(tmp_path):
     for worker in {r["worker"] for r in later}:  # a worker stays on its slice (its compiled kernels) for a while
         mine = [r for r in later if r["worker"] == worker]
         assert len({(r["dtype"], r["head_size"]) for r in mine}) < len({r["shard"] for r in mine}) or len(mine) <= 10
-    plain = _generated(_campaign(tmp_path / "plain", ["test-jit"], 30, shard_size=10, workers=1).rows)
-    assert any(len({(r["dtype"], r["head_size"]) for r in plain if r["shard"] == j}) > 1 for j in (1, 2))  # opt-in
+    plain = _generated(_campaign(tmp_path / "plain", ["test-jit"], 50, shard_size=10, workers=1).rows)
+    whole = {r["shard"] for r in plain if r["shard"] > 0 and not r.get("focus_key")}  # the others focus on one key
+    assert whole and any(len({(r["dtype"], r["head_size"]) for r in plain if r["shard"] == j}) > 1 for j in whole)
+    focused = [r for r in plain if r.get("focus_key")]  # shards drawn from one key the worker has loaded
+    assert focused and all(r["compile_key"] == r["focus_key"] and not r.get("first_of_key") for r in focused)
