@@ -245,6 +245,12 @@ class Backend:
     compiled_per: tuple[str, ...] = ()
     compiled_features: tuple[Feature, ...] = ()  # features whose presence is a separate compile: sliced alike
 
+    def jit_variant(self, case: Case) -> tuple | None:
+        """What the library builds one module for when that is finer than the compile key (compiled_per and
+        compiled_features, the campaign's coverage unit); None: the compile key. A campaign's first call of a new
+        variant in a worker takes a compile slot (campaign.claims)."""
+        return None
+
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing library, no GPU, ...)."""
         return None

@@ -80,6 +80,11 @@ class FA4(Backend):
         else:
             self.caps = Capabilities(**common, attn_types=frozenset(AttentionType))
 
+    def jit_variant(self, case) -> tuple:
+        """The CuTe DSL compiles per attention type, GQA ratio and page size too: on an H100 such first calls within a
+        built compile key were 997 of 1,416 first calls, 2-5 s each (campaigns/jit-untold-h100-2026-11-26.md)."""
+        return tuple(str(v) for v in _variant(case))
+
     def availability(self) -> str | None:
         share_compiled_kernels()  # before the import below: FA4 reads the variable once, at import
         return cuda_library_reason("flash_attn.cute", "flash-attn-4 (flash_attn.cute)")

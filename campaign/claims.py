@@ -51,13 +51,14 @@ def _unlock(fd: int | None) -> None:
 class Claim:
     """A held key lock and, when one was needed, a compile slot; `done` writes the built marker and lets both go."""
 
-    def __init__(self, claims: "CompileClaims", backend: str, key: str, key_fd: int | None, slot_fd: int | None) -> None:
-        self.claims, self.backend, self.key = claims, backend, key
+    def __init__(self, claims: "CompileClaims", backend: str, key: str, key_fd: int | None, slot_fd: int | None,
+                 covers: str = "") -> None:
+        self.claims, self.backend, self.key, self.covers = claims, backend, key, covers or key
         self.key_fd, self.slot_fd = key_fd, slot_fd
 
     def done(self, built: bool) -> None:
         if built and self.key:
-            self.claims.mark_built(self.backend, self.key)
+            self.claims.mark_built(self.backend, self.key, self.covers)
         _unlock(self.slot_fd)
         _unlock(self.key_fd)
         self.key_fd = self.slot_fd = None
@@ -86,16 +87,18 @@ class CompileClaims:
             return True
         return False
 
-    def mark_built(self, backend: str, key: str) -> None:
+    def mark_built(self, backend: str, key: str, covers: str = "") -> None:
+        """`key` (a compile key, or a finer variant of compile key `covers`: Backend.jit_variant) is built."""
         marker = self._paths(backend, key)[1]
         if not marker.exists():
             tmp = marker.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(key)
+            tmp.write_text(covers or key)
             os.replace(tmp, marker)
         self._built.add((backend, key))
 
     def built_keys(self, backend: str) -> set[str]:
-        """Every key of `backend` some process of this cache built (a warm campaign starts from them)."""
+        """Every compile key of `backend` some process of this cache built, or one variant of (a warm campaign starts
+        from them)."""
         folder = self.keys_root / _safe(backend)
         out = set()
         for marker in folder.glob("*.built") if folder.is_dir() else ():
@@ -113,8 +116,9 @@ class CompileClaims:
                 return fd
         return None
 
-    def claim(self, backend: str, key: str) -> Claim | None:
-        """The right to build `key` now (its lock and a slot), or None: another process builds it, or every slot is busy."""
+    def claim(self, backend: str, key: str, covers: str = "") -> Claim | None:
+        """The right to build `key` (of compile key `covers` when a variant) now, its lock and a slot, or None: another
+        process builds it, or every slot is busy."""
         lock, _ = self._paths(backend, key)
         key_fd = _try_lock(lock)
         if key_fd is None:
@@ -123,7 +127,7 @@ class CompileClaims:
         if slot_fd is None:
             _unlock(key_fd)
             return None
-        return Claim(self, backend, key, key_fd, slot_fd)
+        return Claim(self, backend, key, key_fd, slot_fd, covers)
 
     def slot_only(self) -> Claim | None:
         """A compile slot alone, to load a built key's module into this process (no key lock: loads do not collide)."""

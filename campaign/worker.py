@@ -139,6 +139,7 @@ class Worker:
         self._backends: dict[str, tuple[Any, list[Limits]]] = {}
         self._strategies: dict[tuple[str, int | str], tuple[Any, frozenset[str]]] = {}
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
+        self._units: set[tuple[str, str]] = set()  # (backend, module it builds: _unit) this process has run
         keys = cache_root(config.cache_dir) / KEYS_FOLDER
         self.claims = CompileClaims(keys, config.slots_dir or keys / "slots", config.compile_slots)
 
@@ -205,6 +206,8 @@ class Worker:
         key = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
         first = bool(key[1]) and key not in self._compiled  # a JIT compile may come first: a longer timeout
         self._compiled.add(key)
+        if key[1]:
+            self._units.add((backend.name, self._unit(backend, case, key[1])))
         summary = base_row(backend, case)
         self.send({"type": "beat", **summary, "started": time.time(), "first_compile": first, **where})
         started = time.monotonic()
@@ -261,24 +264,34 @@ class Worker:
     # --- tasks ----------------------------------------------------------------------------------
     def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[str | None, Claim | None]:
         """(the case's compile key when the case waits for it, None) or (None, the claim to build or load its module
-        here now; None when this process has run the key): campaign.claims. Building a key and loading a built one
+        here now; None when this process has run it): campaign.claims. Building a module and loading a built one
         into this process both take a compile slot (measured on an H100: FA4 loads a cached key in 2-5 s per process,
-        FlashInfer builds one in 5-400 s); a case waits while another process builds its key or every slot is busy,
-        and the driver hands it to a worker that has the key loaded."""
+        FlashInfer builds one in 5-400 s); a case waits while another process builds its module or every slot is
+        busy, and the driver hands it to a worker that has the key loaded."""
         key = compile_key(case, backend.compiled_per, backend.compiled_features)
-        if not key or (backend.name, key) in self._compiled or self.config.compile_share >= 1.0:
+        if not key or self.config.compile_share >= 1.0:
             return None, None
-        text = key_text(key)
-        claim = (self.claims.slot_only() if text in built or self.claims.is_built(backend.name, text)
-                 else self.claims.claim(backend.name, text))
+        text, unit = key_text(key), self._unit(backend, case, key)
+        if (backend.name, unit) in self._units:
+            return None, None
+        built_here = (unit == text and text in built) or self.claims.is_built(backend.name, unit)
+        claim = self.claims.slot_only() if built_here else self.claims.claim(backend.name, unit, covers=text)
         return (text, None) if claim is None else (None, claim)
+
+    @staticmethod
+    def _unit(backend, case: Case, key: tuple) -> str:
+        """What the library builds one module for: the backend's finer variant where it declares one, else the key."""
+        variant = backend.jit_variant(case)
+        return key_text(key) if variant is None else json.dumps(["variant", *variant])
 
     def _unbuilt(self, backend, case: Case) -> bool:
         """Whether the case's module is neither in this process nor built on the host (shrinking skips such cases:
         one build outlasts a shrink's whole budget)."""
         key = compile_key(case, backend.compiled_per, backend.compiled_features)
-        return (bool(key) and (backend.name, key) not in self._compiled and self.config.compile_share < 1.0
-                and not self.claims.is_built(backend.name, key_text(key)))
+        if not key or self.config.compile_share >= 1.0:
+            return False
+        unit = self._unit(backend, case, key)
+        return (backend.name, unit) not in self._units and not self.claims.is_built(backend.name, unit)
 
     def _evaluate_claimed(self, backend, case: Case, where: dict, claim: Claim | None) -> tuple[dict, Evaluation | None]:
         """Evaluate under a claim: a first call that returned marks the key built for the whole host."""

@@ -63,3 +63,31 @@ def test_a_compile_task_waits_out_another_build_of_its_key(tmp_path):
 
 def test_slots_are_the_compile_share_of_the_workers():
     assert compile_slots(0.3, 16) == 5 and compile_slots(0.3, 2) == 1 and compile_slots(1.0, 8) == 8
+
+
+def test_a_finer_variant_of_a_built_key_is_a_module_of_its_own(tmp_path):
+    """FA4 builds per attention type, GQA ratio and page size too (Backend.jit_variant): a case of a compile key the
+    worker has run, but of another variant, still takes a slot; a case of a variant it ran does not."""
+    from backends.registry import get
+    from campaign.compiles import key_text
+    from campaign.tasks import WorkerConfig
+    from campaign.worker import Worker
+    from fuzz.strategies import Limits, compile_key
+    from tests.repro_scripts import drawn_cases
+
+    backend = get("fa4-varlen")
+    key = lambda c: compile_key(c, backend.compiled_per, backend.compiled_features)  # noqa: E731
+    drawn = drawn_cases(backend.caps, Limits(max_sequences=3, max_context=24, max_query=6), 200)
+    a, b = next((a, b) for a in drawn for b in drawn
+                if key(a) == key(b) and backend.jit_variant(a) != backend.jit_variant(b))
+    worker = Worker(WorkerConfig(cache_dir=str(tmp_path), compile_slots=1, slots_dir=str(tmp_path / "slots")),
+                    send=lambda message: None)
+    waits, claim = worker._defers(backend, a, frozenset())
+    assert waits is None and claim is not None and claim.slot_fd is not None  # a build: the key's lock and the slot
+    claim.done(built=True)
+    worker._units.add((backend.name, worker._unit(backend, a, key(a))))  # as a first call does
+    busy = worker.claims.slot_only()
+    assert worker._defers(backend, a, frozenset()) == (None, None)  # its module is in this process
+    assert worker._defers(backend, b, frozenset({key_text(key(a))})) == (key_text(key(b)), None)  # waits for a slot
+    busy.done(built=False)
+    assert worker.claims.built_keys(backend.name) == {key_text(key(a))}  # markers name the compile key
