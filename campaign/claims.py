@@ -134,7 +134,8 @@ class CompileClaims:
         slot_fd = self._slot()
         return None if slot_fd is None else Claim(self, "", "", None, slot_fd)
 
-    def wait_claim(self, backend: str, key: str, until: float | None = None, poll: float = 0.25) -> Claim | None:
+    def wait_claim(self, backend: str, key: str, covers: str = "", until: float | None = None,
+                   poll: float = 0.25) -> Claim | None:
         """Block until the key is free (None when it turned out built meanwhile, or at `until`): a compile task's
         worker waits out another's build of the same key instead of building it twice."""
         lock, _ = self._paths(backend, key)
@@ -146,7 +147,7 @@ class CompileClaims:
                 if self.is_built(backend, key):
                     _unlock(key_fd)
                     return None
-                return Claim(self, backend, key, key_fd, None)
+                return Claim(self, backend, key, key_fd, None, covers)
             if until is not None and time.time() >= until:
                 return None
             time.sleep(poll)

@@ -7,12 +7,11 @@ campaign/caches.py); building it takes seconds to minutes. Measured on an H100 (
 compile-budget-flashinfer-h100-2026-11-25.md): FlashInfer untold from a cold cache, 211 s, gave 1,471 rows with
 deferring and 33 with every case compiled where drawn, the same keys built in both.
 
-- Worker side (campaign.worker with campaign.claims): a drawn case whose key is not built is built in place when the
-  worker gets the key's lock and, once some key of the backend exists, a compile slot; otherwise the case is
-  *deferred*: sent to the driver with its example number, and the worker draws on, evaluating the cases whose modules
-  exist.
+- Worker side (campaign.worker with campaign.claims): a drawn case whose module is not in the worker's process is
+  built (under the key's lock) or loaded there when the worker gets a compile slot; otherwise the case is *deferred*:
+  sent to the driver with its example number, and the worker draws on, evaluating the cases whose modules it has.
 - Driver side (`Backlog`, kept by campaign.scheduler): deferred cases wait per key. Once a row shows a key built (or
-  an earlier campaign's marker says so), its cases become a cheap task. When generation has nothing left (an example
+  an earlier campaign's marker says so), its cases become a cheap task for a worker that has the module loaded. When generation has nothing left (an example
   budget reached), every remaining key becomes a *compile task* (evaluate its cases, the first one building), largest
   backlog first, so every drawn case gets its row.
 """

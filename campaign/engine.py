@@ -118,7 +118,8 @@ class Driver:
 
     def _known_builds(self) -> None:
         """Keys an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at once."""
-        claims = CompileClaims(cache_root(self.wcfg.cache_dir) / KEYS_FOLDER, self.wcfg.slots_dir or ".", 1)
+        keys = cache_root(self.wcfg.cache_dir) / KEYS_FOLDER
+        claims = CompileClaims(keys, keys / "slots", 1)
         for backend in self.cfg.backends:
             for key in claims.built_keys(backend):
                 self.scheduler.key_built(backend, key)

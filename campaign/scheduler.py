@@ -12,6 +12,10 @@ backends, take turns; remaining ties go to the backend the worker ran last (a JI
 compiled kernels live in that process). A shard cut short (deadline, dead worker) continues where
 it stopped; with an example budget, shards are added until every backend has exactly that many.
 
+A JIT backend's cases that waited for their module (campaign.compiles) go out before generation, to a worker that
+has the module loaded; two of every three of its new shards (FOCUSED_PER_WHOLE) draw only cases of one compile key the
+worker has loaded, so workers evaluate while few of the backend's keys are built.
+
 With --compile-slices, a JIT backend's space is cut into compile slices (Backend.compiled_per and
 compiled_features: one dtype, head size, kv dtype and set of compile-keyed features each): shard j >= 1
 draws from slice (j - 1) % n, and a worker gets shards of the slice it drew last

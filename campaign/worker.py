@@ -436,16 +436,20 @@ class Worker:
         state["evals"] += evaluations
 
     def _deferred(self, task: Task, deadline: float | None) -> None:
-        """Generated cases that waited for their compile key: each gets the row it would have had when drawn."""
+        """Generated cases that waited for their compile key: each gets the row it would have had when drawn. A built
+        key's cases come to a worker that has it loaded (or 8 and more at once, campaign.compiles.Backlog.take), so they
+        load without a slot; an unbuilt one's (a compile task, once generation is over) build under its lock."""
         backend, _ = self._loaded(task.backend)
         for text, where in zip(task.cases, task.wheres):
             if self._over(deadline):
                 return
             where = {"backend": task.backend, **where}
+            case = Case.from_json(text)
             claim = None
-            if task.key and not any(b == task.backend and key_text(k) == task.key for b, k in self._compiled):
-                claim = self.claims.wait_claim(task.backend, task.key, until=deadline)  # another's build: wait it out
-            row, evaluation = self._evaluate_claimed(backend, Case.from_json(text), where, claim)
+            if self._unbuilt(backend, case):  # a compile task: another worker's build of its module is waited out
+                unit = self._unit(backend, case, compile_key(case, backend.compiled_per, backend.compiled_features))
+                claim = self.claims.wait_claim(task.backend, unit, covers=task.key, until=deadline)
+            row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", deferred=True, t=time.time(),
                        example_id=f"{task.backend}/{where['shard']}/{where['index']}", **where)
             sticky = self._marked_sticky(row)  # before it is sent, as a generated row is
