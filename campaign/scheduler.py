@@ -59,7 +59,7 @@ class Scheduler:
                  replays: dict[str, tuple[str, ...]] | None = None, max_shrinking: int = 1,
                  shrink_share: float = 0.25, slices: dict[str, int] | None = None) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
-        shard size) from an earlier run being resumed; `replays`: saved case JSONs per backend;
+        shard size, focus key) from an earlier run being resumed; `replays`: saved case JSONs per backend;
         `slices`: the number of compile slices per JIT backend (others: 1)."""
         self.backends = list(backends)
         self.slices = {b: max(1, (slices or {}).get(b, 1)) for b in self.backends}
@@ -75,9 +75,9 @@ class Scheduler:
         self.shrink_rows = 0
         self.shrunk_backends: set[str] = set()
         self.shards: dict[str, dict[int, _Shard]] = {b: {} for b in self.backends}
-        for (backend, shard), (n, size) in (done or {}).items():
-            if backend in self.shards:
-                self.shards[backend][shard] = _Shard(size=size, done=n, closed=n >= size)
+        for (backend, shard), (n, size, focus) in (done or {}).items():
+            if backend in self.shards:  # a focused shard continues on its key: the same draws, the same examples
+                self.shards[backend][shard] = _Shard(size=size, done=n, closed=n >= size, key=focus)
         self.pending: deque[Task] = deque(Task(TaskKind.REPLAY, b, cases=tuple(c))
                                           for b, c in (replays or {}).items() if c and b in self.shards)
         self.running: dict[int, Task] = {}

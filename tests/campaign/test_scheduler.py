@@ -69,11 +69,20 @@ def test_a_shard_cut_short_continues_where_it_stopped():
 
 
 def test_resume_continues_partial_shards_and_reaches_the_budget():
-    s = Scheduler(["a"], examples=30, shard_size=10, done={("a", 0): (10, 10), ("a", 1): (4, 10)})
+    s = Scheduler(["a"], examples=30, shard_size=10, done={("a", 0): (10, 10, ""), ("a", 1): (4, 10, '["k"]')})
     s.add_worker(0)
     tasks = _drain(s)
-    assert (tasks[0].shard, tasks[0].start) == (1, 4)
+    assert (tasks[0].shard, tasks[0].start, tasks[0].key) == (1, 4, '["k"]')  # a focused shard draws as it did
     assert s.generated("a") == 30 and [t.shard for t in tasks] == [1, 2]
+
+
+def test_resume_reads_each_shard_s_progress_and_focus_from_the_rows():
+    from campaign.store import resume_state
+
+    rows = [{"phase": "generate", "backend": "a", "shard": 1, "index": i, "shard_size": 10, "run": 1,
+             **({"focus_key": '["k"]'} if i > 1 else {})} for i in (1, 2, 3)]
+    rows.append({"phase": "generate", "backend": "a", "shard": 2, "index": 5, "shard_size": 10, "run": 2})
+    assert resume_state(rows) == ({("a", 1): (3, 10, '["k"]'), ("a", 2): (5, 10, "")}, 3)
 
 
 def test_an_exhausted_shard_moves_its_budget_to_a_new_one():
