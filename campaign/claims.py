@@ -2,10 +2,9 @@
 host share.
 
 A campaign's workers are separate processes (local or Ray actors) that compile into one cache folder
-(campaign.caches). Without coordination they build the same module side by side: every shard's first drawn case is
-hypothesis' simplest one, so on a cold cache all workers started with the same key (measured on an H100, FlashInfer:
-one key built in the first 69 s by 8 workers; benchmarks/results/campaigns/compile-budget-flashinfer-h100-2026-11-25.md).
-Three things live on disk, under the cache folder and the campaign's folder:
+(campaign.caches). Without coordination two workers that draw the same key build it side by side, or one waits out
+the other's build on the library's own lock. Three things live on disk, under the cache folder and the campaign's
+folder:
 
 - a key lock per (backend, compile key): the worker holding it builds the key; another that draws the key meanwhile
   defers the case instead of waiting for the same build;
@@ -14,8 +13,8 @@ Three things live on disk, under the cache folder and the campaign's folder:
 - compile slots, `share x workers` of them per campaign: a build, and a load of a built key into a process that has
   not run it, holds one, so first calls take at most that share of the workers. Measured on an H100
   (benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md): letting each worker build one key per backend before
-  any was built gave 16 x 3 concurrent FlashInfer builds of 60-400 s, and FA4's loads of cached keys (2-5 s each in
-  every process that met the key) were 700 of its 1,000 first calls.
+  any was built kept 14-15 long FlashInfer first calls (builds of 5-400 s) running at once in the first minutes, and
+  700 of FA4's 1,000 first calls took 2-5 s each (most of them new variants within a key: Backend.jit_variant).
 
 The OS drops a dead process's locks, so a worker killed mid-build frees its key and its slot.
 """

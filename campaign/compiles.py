@@ -11,9 +11,9 @@ deferring and 33 with every case compiled where drawn, the same keys built in bo
   built (under the key's lock) or loaded there when the worker gets a compile slot; otherwise the case is *deferred*:
   sent to the driver with its example number, and the worker draws on, evaluating the cases whose modules it has.
 - Driver side (`Backlog`, kept by campaign.scheduler): deferred cases wait per key. Once a row shows a key built (or
-  an earlier campaign's marker says so), its cases become a cheap task for a worker that has the module loaded. When generation has nothing left (an example
-  budget reached), every remaining key becomes a *compile task* (evaluate its cases, the first one building), largest
-  backlog first, so every drawn case gets its row.
+  an earlier campaign's marker says so), its cases become a cheap task for a worker that has the module loaded. When
+  generation has nothing left (an example budget reached), every remaining key becomes a *compile task* (evaluate its
+  cases, the first one building), largest backlog first, so every drawn case gets its row.
 """
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ class Backlog:
         cases, marked building (built=False); None when there is none. Backends in `skip` are left out.
 
         With `here` (the keys the asking worker has loaded) a built key goes to it when it has the key loaded, when
-        no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a load costs seconds per process
-        (FA4: 2-5 s), so cases follow the workers that hold their module."""
+        no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a first call costs seconds in each
+        process (FA4: 2-5 s on an H100), so cases follow the workers that hold their module."""
         ready = [(b, k) for (b, k), e in self.keys.items()
                  if e.cases and not e.building and b not in skip and (k in self.built[b]) == built]
         if built and here is not None:

@@ -57,7 +57,7 @@ class CampaignConfig:
     compile_slices: bool = False  # see campaign.scheduler: more examples/s on JIT backends, fewer combinations early
     mps: bool = False  # run the workers under a CUDA MPS daemon (campaign/mps.py)
     cache_dir: str | None = None  # the JIT libraries' compile caches (campaign/caches.py); None: the default folder
-    compile_share: float = 0.3  # JIT builds' share of the workers (campaign/claims.py); 1: every case compiles where drawn
+    compile_share: float = 0.3  # JIT first calls' share of the workers (campaign/claims.py); 1: compile where drawn
 
 
 @dataclass

@@ -35,7 +35,7 @@ class Task:
     signature: tuple[str, str, str] | None = None  # SHRINK: (backend, verdict, symptom) to keep failing
     cases: tuple[str, ...] = field(default_factory=tuple)  # REPLAY, DEFERRED: case JSON texts
     wheres: tuple[dict, ...] = field(default_factory=tuple)  # DEFERRED: each case's shard, index and shard_size
-    key: str = ""  # DEFERRED: the compile key of its cases; GENERATE, SHRINK: the key a focused shard draws (campaign.compiles)
+    key: str = ""  # DEFERRED: its cases' compile key; GENERATE, SHRINK: the key a focused shard draws (campaign.compiles)
     built: tuple[str, ...] = field(default_factory=tuple)  # GENERATE: compile keys some worker has built
 
     def to_dict(self) -> dict:

@@ -265,9 +265,9 @@ class Worker:
     def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[str | None, Claim | None]:
         """(the case's compile key when the case waits for it, None) or (None, the claim to build or load its module
         here now; None when this process has run it): campaign.claims. Building a module and loading a built one
-        into this process both take a compile slot (measured on an H100: FA4 loads a cached key in 2-5 s per process,
-        FlashInfer builds one in 5-400 s); a case waits while another process builds its module or every slot is
-        busy, and the driver hands it to a worker that has the key loaded."""
+        into this process both take a compile slot (measured on an H100: FA4's first calls take 2-5 s in each process,
+        FlashInfer's builds 5-400 s); a case waits while another process builds its module or every slot is busy, and
+        the driver hands it to a worker that has the key loaded."""
         key = compile_key(case, backend.compiled_per, backend.compiled_features)
         if not key or self.config.compile_share >= 1.0:
             return None, None

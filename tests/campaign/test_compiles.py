@@ -38,8 +38,8 @@ def test_built_keys_go_first_and_unbuilt_ones_only_once_generation_is_over():
 
 
 def test_built_keys_cases_follow_the_worker_that_has_their_module_loaded():
-    """A load costs seconds per process (FA4: 2-5 s on an H100): a built key's few waiting cases go to the worker
-    that ran the key, another worker takes them only once LOAD_BATCH wait or nobody has the key loaded."""
+    """A first call costs seconds in each process (FA4: 2-5 s on an H100): a built key's few waiting cases go to the
+    worker that ran the key, another worker takes them only once LOAD_BATCH wait or nobody has the key loaded."""
     from campaign.compiles import LOAD_BATCH
 
     s = Scheduler(["jit"], examples=None, shard_size=10)
