@@ -5,8 +5,8 @@
 #   PART=start NAME=flashinfer-cold CACHE=/tmp/jit-cache-fi SECS=600 BACKENDS="flashinfer-decode ..." bash tools/gpu-jit.sh
 #   PART=wait NAME=flashinfer-cold [UNTIL=590] bash tools/gpu-jit.sh   # waits for its end (at most UNTIL s), then collects
 # A warm run is the same command with another NAME and the same CACHE. Into $OUT: NAME.log (device, versions, the
-# campaign's live lines), NAME.md (benchmarks/jit_campaign.py and benchmarks/throughput.py), NAME-summary.md and
-# NAME-compile_keys.csv.
+# campaign's live lines), NAME.md (benchmarks/jit_campaign.py and benchmarks/throughput.py), NAME-summary.md,
+# NAME-compile_keys.csv, NAME-compile_draws.json and NAME-rows.jsonl.xz.
 set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"; NAME=${NAME:?NAME}; RUN=/tmp/jit-run/$NAME; RES=/tmp/jit-res/$NAME
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
@@ -35,5 +35,7 @@ case ${PART:-start} in
       > "$OUT/$NAME.md" 2>&1
     cp "$RES/summary.md" "$OUT/$NAME-summary.md" 2>/dev/null
     cp "$RES/compile_keys.csv" "$OUT/$NAME-compile_keys.csv" 2>/dev/null
+    cp "$RES/compile_draws.json" "$OUT/$NAME-compile_draws.json" 2>/dev/null
+    xz -6 -c "$RES/rows.jsonl" > "$OUT/$NAME-rows.jsonl.xz"  # every field: compile_s, first_of_key, focus_key, worker
     grep -E "^\[" "$OUT/$NAME.log" | awk 'NR % 4 == 0' | tail -12; tail -4 "$OUT/$NAME.log"; cat "$OUT/$NAME.md" ;;
 esac
