@@ -33,7 +33,11 @@ def _safe(name: str) -> str:
 
 def _try_lock(path: Path) -> int | None:
     """An exclusive lock on `path` (created if needed) as an open descriptor, or None while another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:  # the first lock of its folder
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -74,7 +78,6 @@ class CompileClaims:
 
     def _paths(self, backend: str, key: str) -> tuple[Path, Path]:
         folder = self.keys_root / _safe(backend)
-        folder.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha1(key.encode()).hexdigest()[:16]
         return folder / f"{digest}.lock", folder / f"{digest}.built"
 
@@ -90,25 +93,16 @@ class CompileClaims:
         """`key` (a compile key, or a finer variant of compile key `covers`: Backend.jit_variant) is built."""
         marker = self._paths(backend, key)[1]
         if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
             tmp = marker.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(covers or key)
             os.replace(tmp, marker)
         self._built.add((backend, key))
 
     def built_keys(self, backend: str) -> set[str]:
-        """Every compile key of `backend` some process of this cache built, or one variant of (a warm campaign starts
-        from them)."""
-        folder = self.keys_root / _safe(backend)
-        out = set()
-        for marker in folder.glob("*.built") if folder.is_dir() else ():
-            try:
-                out.add(marker.read_text())
-            except OSError:
-                pass
-        return out
+        return built_keys(self.keys_root, backend)
 
     def _slot(self) -> int | None:
-        self.slots_root.mkdir(parents=True, exist_ok=True)
         for i in range(self.slots):
             fd = _try_lock(self.slots_root / f"slot-{i}.lock")
             if fd is not None:
@@ -152,6 +146,20 @@ class CompileClaims:
             time.sleep(poll)
 
 
+def built_keys(keys_root: str | os.PathLike, backend: str) -> set[str]:
+    """Every compile key of `backend` some process over this cache built, or built a variant of (a warm campaign
+    starts from them)."""
+    folder = Path(keys_root) / _safe(backend)
+    out = set()
+    for marker in folder.glob("*.built") if folder.is_dir() else ():
+        try:
+            out.add(marker.read_text())
+        except OSError:
+            pass
+    return out
+
+
 def compile_slots(share: float, workers: int) -> int:
-    """Builds a campaign of `workers` runs at once: its compile share of them, at least one."""
+    """How many first calls of JIT modules a campaign of `workers` runs at once: its compile share of them, at least
+    one."""
     return max(1, round(share * workers))

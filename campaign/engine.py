@@ -19,7 +19,7 @@ from typing import Protocol
 
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
-from .claims import CompileClaims, compile_slots
+from .claims import built_keys, compile_slots
 from .progress import Progress
 from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
@@ -118,10 +118,8 @@ class Driver:
 
     def _known_builds(self) -> None:
         """Keys an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at once."""
-        keys = cache_root(self.wcfg.cache_dir) / KEYS_FOLDER
-        claims = CompileClaims(keys, keys / "slots", 1)
         for backend in self.cfg.backends:
-            for key in claims.built_keys(backend):
+            for key in built_keys(cache_root(self.wcfg.cache_dir) / KEYS_FOLDER, backend):
                 self.scheduler.key_built(backend, key)
 
     # --- rows -----------------------------------------------------------------------------------

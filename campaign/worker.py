@@ -206,8 +206,9 @@ class Worker:
         key = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
         first = bool(key[1]) and key not in self._compiled  # a JIT compile may come first: a longer timeout
         self._compiled.add(key)
-        if key[1]:
-            self._units.add((backend.name, self._unit(backend, case, key[1])))
+        gated = self._module(backend, case)
+        if gated is not None:
+            self._units.add((backend.name, gated[1]))
         summary = base_row(backend, case)
         self.send({"type": "beat", **summary, "started": time.time(), "first_compile": first, **where})
         started = time.monotonic()
@@ -268,30 +269,30 @@ class Worker:
         into this process both take a compile slot (measured on an H100: FA4's first calls take 2-5 s in each process,
         FlashInfer's builds 5-400 s); a case waits while another process builds its module or every slot is busy, and
         the driver hands it to a worker that has the key loaded."""
-        key = compile_key(case, backend.compiled_per, backend.compiled_features)
-        if not key or self.config.compile_share >= 1.0:
+        gated = self._module(backend, case)
+        if gated is None or (backend.name, gated[1]) in self._units:
             return None, None
-        text, unit = key_text(key), self._unit(backend, case, key)
-        if (backend.name, unit) in self._units:
-            return None, None
+        text, unit = gated
         built_here = (unit == text and text in built) or self.claims.is_built(backend.name, unit)
         claim = self.claims.slot_only() if built_here else self.claims.claim(backend.name, unit, covers=text)
         return (text, None) if claim is None else (None, claim)
 
-    @staticmethod
-    def _unit(backend, case: Case, key: tuple) -> str:
-        """What the library builds one module for: the backend's finer variant where it declares one, else the key."""
-        variant = backend.jit_variant(case)
-        return key_text(key) if variant is None else json.dumps(["variant", *variant])
-
-    def _unbuilt(self, backend, case: Case) -> bool:
-        """Whether the case's module is neither in this process nor built on the host (shrinking skips such cases:
-        one build outlasts a shrink's whole budget)."""
+    def _module(self, backend, case: Case) -> tuple[str, str] | None:
+        """(compile key, what the library builds one module for: the backend's finer variant where it declares one,
+        else the key) as texts; None where first calls are not gated (an AOT backend, or --compile-share 1)."""
         key = compile_key(case, backend.compiled_per, backend.compiled_features)
         if not key or self.config.compile_share >= 1.0:
-            return False
-        unit = self._unit(backend, case, key)
-        return (backend.name, unit) not in self._units and not self.claims.is_built(backend.name, unit)
+            return None
+        variant = backend.jit_variant(case)
+        return key_text(key), key_text(key) if variant is None else json.dumps(["variant", *variant])
+
+    def _unbuilt(self, backend, case: Case) -> str | None:
+        """The case's module when it is neither in this process nor built on the host, else None (shrinking skips
+        such cases: one build outlasts a shrink's whole budget; a compile task waits out another's build of it)."""
+        gated = self._module(backend, case)
+        if gated is None or (backend.name, gated[1]) in self._units or self.claims.is_built(backend.name, gated[1]):
+            return None
+        return gated[1]
 
     def _evaluate_claimed(self, backend, case: Case, where: dict, claim: Claim | None) -> tuple[dict, Evaluation | None]:
         """Evaluate under a claim: a first call that returned marks the key built for the whole host."""
@@ -445,9 +446,8 @@ class Worker:
                 return
             where = {"backend": task.backend, **where}
             case = Case.from_json(text)
-            claim = None
-            if self._unbuilt(backend, case):  # a compile task: another worker's build of its module is waited out
-                unit = self._unit(backend, case, compile_key(case, backend.compiled_per, backend.compiled_features))
+            unit, claim = self._unbuilt(backend, case), None
+            if unit is not None:  # a compile task: another worker's build of its module is waited out
                 claim = self.claims.wait_claim(task.backend, unit, covers=task.key, until=deadline)
             row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", deferred=True, t=time.time(),

@@ -63,8 +63,8 @@ def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expecte
     if v["min_visible"] <= 0 or not math.isfinite(v["sum"]) or (with_lse and not math.isfinite(v["lse_sum"])):
         return None
     rule = rule_for(case.dtype, case.kv_cache_dtype)
-    floor = max(2.0 * v["rounding"], rule.abs_floor) + logit_floor(v["expected_max"], v["lse_max"], v["spread"])
-    lim = limits_from(rule, v["base_max"], v["base_mean"], floor)
+    lim = limits_from(rule, v["base_max"], v["base_mean"], 2.0 * v["rounding"],
+                      logit_floor(v["expected_max"], v["lse_max"], v["spread"]))
     token, head, dim, seq = worst_place(int(v["argmax"]), tuple(e.shape), case.query_starts)
     row.update(limit=lim.max_limit, mean_limit=lim.mean_limit, floor=lim.floor, logit_spread=v["spread"],
                baseline_max_err=v["base_max"], baseline_mean_err=v["base_mean"], nan_count=0, inf_count=0,

@@ -123,13 +123,13 @@ def limits(rule: ToleranceRule, expected: Tensor, baseline: Tensor, dtype: torch
     diff = (baseline - expected).abs()
     base_max = float(diff.max()) if diff.numel() else 0.0
     base_mean = float(diff.mean()) if diff.numel() else 0.0
-    floor = max(rounding_floor(expected, dtype), rule.abs_floor)
-    if lse is not None:
-        floor += logit_rounding_floor(expected, lse, spread)
-    return limits_from(rule, base_max, base_mean, floor)
+    logit = logit_rounding_floor(expected, lse, spread) if lse is not None else 0.0
+    return limits_from(rule, base_max, base_mean, rounding_floor(expected, dtype), logit)
 
 
-def limits_from(rule: ToleranceRule, base_max: float, base_mean: float, floor: float) -> Limits:
-    """The limits from the baseline's max / mean error and the floor (limits() measures them; so does the judge's
-    device summary, fuzz.summary)."""
+def limits_from(rule: ToleranceRule, base_max: float, base_mean: float, rounding: float, logit: float) -> Limits:
+    """The limits from the baseline's max / mean error and the floor's two terms, the output dtype's rounding
+    (rounding_floor) and the logits' (logit_rounding_floor): limits() measures them, and so does the judge's device
+    summary (fuzz.summary)."""
+    floor = max(rounding, rule.abs_floor) + logit
     return Limits(rule.factor * base_max + floor, rule.mean_factor * base_mean + floor / 4, floor, base_max, base_mean)

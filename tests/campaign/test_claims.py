@@ -85,7 +85,7 @@ def test_a_finer_variant_of_a_built_key_is_a_module_of_its_own(tmp_path):
     waits, claim = worker._defers(backend, a, frozenset())
     assert waits is None and claim is not None and claim.slot_fd is not None  # a build: the key's lock and the slot
     claim.done(built=True)
-    worker._units.add((backend.name, worker._unit(backend, a, key(a))))  # as a first call does
+    worker._units.add((backend.name, worker._module(backend, a)[1]))  # as a first call does
     busy = worker.claims.slot_only()
     assert worker._defers(backend, a, frozenset()) == (None, None)  # its module is in this process
     assert worker._defers(backend, b, frozenset({key_text(key(a))})) == (key_text(key(b)), None)  # waits for a slot
