@@ -43,9 +43,26 @@ def share_compiled_kernels() -> None:
     os.environ.setdefault(CUTE_CACHE_ENV, "1")
 
 
+def _mask_kind(case) -> tuple[bool, bool, bool]:
+    """(causal, left side bounded, right side bounded) as FA4 resolves the arguments this backend passes before it
+    picks a kernel (flash_attn/cute/interface.py, _resolve_causal_local_window, 4.0.0b36): two negative sides are no
+    window, the causal flag bounds the right side at 0, and a window bounded at 0 on the right only is causal. Each
+    triple is a kernel of its own, so a spelling of "unbounded" as numbers is another compile."""
+    left, right = spellings.window_pair(case)
+    if left is not None and right is not None and left < 0 and right < 0:
+        left = right = None
+    if spellings.causal_flag(case):
+        right = 0
+    if left is None and right is None:
+        return (False, False, False)
+    if left is None and right == 0:
+        return (True, False, False)
+    return (False, left is not None, right is not None)
+
+
 def _variant(case) -> tuple:
     """What FA4 compiles a kernel for (first calls of a variant include the JIT compile)."""
-    return (case.dtype, case.head_size, case.value_size, case.attn_type, case.sliding_window is not None,
+    return (case.dtype, case.head_size, case.value_size, case.attn_type, _mask_kind(case),
             case.soft_cap is not None, case.sinks is not None, case.num_heads // case.num_kv_heads,
             case.cache.block_size if case.cache is not None else None)
 
@@ -81,8 +98,9 @@ class FA4(Backend):
             self.caps = Capabilities(**common, attn_types=frozenset(AttentionType))
 
     def jit_variant(self, case) -> tuple:
-        """The CuTe DSL compiles per attention type, GQA ratio and page size too: on an H100 such first calls within a
-        built compile key were 997 of 1,416 first calls, 2-5 s each (campaigns/jit-untold-h100-2026-11-26.md)."""
+        """The CuTe DSL compiles per attention type, mask kind (_mask_kind), GQA ratio and page size too: on an H100
+        such first calls within a built compile key were 997 of 1,416 first calls, 2-5 s each
+        (campaigns/jit-untold-h100-2026-11-26.md)."""
         return tuple(str(v) for v in _variant(case))
 
     def availability(self) -> str | None:

@@ -141,6 +141,15 @@ class FlashInfer(Backend):
             block_sizes=(1, 8, 16, 32, 64), max_query_len=1 if decode else None, lse_base=LseBase.TWO,
             requires_cache=True, reads_paged_cache=True)
 
+    def jit_variant(self, case) -> tuple:
+        """The fields of FlashInfer's module name (flashinfer/jit/attention/modules.py, get_batch_prefill_uri and
+        get_batch_decode_uri: dtypes, head dims, position encoding, use_swa = window_left >= 0, logits cap), the
+        sinks' presence added. use_swa follows the spelled window_left: an unbounded window spelled as a number past
+        the keys builds the windowed module. On an H100 such builds within a built compile key took 1,507 s of 5,069 s
+        of compiles, outside the compile slots (campaigns/jit-untold-h100-2026-11-26.md)."""
+        return (case.dtype.value, case.kv_cache_dtype.value, case.head_size, case.value_size, case.alibi is not None,
+                _window_left(case) >= 0, case.soft_cap is not None, case.sinks is not None)
+
     def availability(self) -> str | None:
         return cuda_library_reason("flashinfer", "flashinfer-python")
 

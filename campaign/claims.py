@@ -26,6 +26,18 @@ import os
 import time
 from pathlib import Path
 
+from fuzz.verdicts import Verdict
+
+# verdicts of a first call that may not have built its module
+NOT_BUILT = (Verdict.CRASH.value, Verdict.UNSUPPORTED.value, Verdict.TIMEOUT.value)
+
+
+def built_by(verdict: str | None) -> bool:
+    """Whether a row with this verdict shows its module built: the kernel returned (refused, crashed or hung first
+    calls may have built nothing; a module marked built that is not lets other workers build it unclaimed, side by
+    side on the library's own lock)."""
+    return verdict is not None and verdict not in NOT_BUILT
+
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

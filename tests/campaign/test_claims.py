@@ -91,3 +91,12 @@ def test_a_finer_variant_of_a_built_key_is_a_module_of_its_own(tmp_path):
     assert worker._defers(backend, b, frozenset({key_text(key(a))})) == (key_text(key(b)), None)  # waits for a slot
     busy.done(built=False)
     assert worker.claims.built_keys(backend.name) == {key_text(key(a))}  # markers name the compile key
+
+
+def test_only_a_first_call_that_returned_marks_its_module_built():
+    """A refused, crashed or hung first call may have built nothing: were its key marked built, other workers would
+    load it without a claim, and several would wait out one build on the library's own lock outside the slots."""
+    from campaign.claims import built_by
+
+    assert all(built_by(v) for v in ("pass", "mismatch", "nan", "contract", "blind"))
+    assert not any(built_by(v) for v in ("crash", "unsupported", "timeout", None))
