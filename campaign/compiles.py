@@ -11,9 +11,10 @@ deferring and 33 with every case compiled where drawn, the same keys built in bo
   built (under the key's lock) or loaded there when the worker gets a compile slot; otherwise the case is *deferred*:
   sent to the driver with its example number, and the worker draws on, evaluating the cases whose modules it has.
 - Driver side (`Backlog`, kept by campaign.scheduler): deferred cases wait per key. Once a row shows a key built (or
-  an earlier campaign's marker says so), its cases become a cheap task for a worker that has the module loaded. When
-  generation has nothing left (an example budget reached), every remaining key becomes a *compile task* (evaluate its
-  cases, the first one building), largest backlog first, so every drawn case gets its row.
+  an earlier campaign's marker says so), its cases become a cheap task for a worker that has the module loaded. An
+  unbuilt key becomes a *compile task* (evaluate its cases, the first one building), largest backlog first: beside
+  generation while a compile slot is free (a task that finds none gives its cases back), and for every remaining key
+  once generation has nothing left (an example budget reached), so every drawn case gets its row.
 """
 from __future__ import annotations
 
@@ -48,9 +49,11 @@ class Backlog:
         self.deferred: Counter[tuple[str, str]] = Counter()  # every deferral, kept or dropped: keys drawn without a row
         self.keys: dict[tuple[str, str], _Key] = {}
 
-    def defer(self, backend: str, key: str, case: str, where: dict) -> None:
+    def defer(self, backend: str, key: str, case: str, where: dict, returned: bool = False) -> None:
+        """A case waits for its key; `returned`: a compile task gave it back (no slot was free), not a new draw."""
         entry = self.keys.setdefault((backend, key), _Key())
-        self.deferred[backend, key] += 1
+        if not returned:
+            self.deferred[backend, key] += 1
         if len(entry.cases) >= self.per_key:
             entry.dropped += 1
         else:

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
-from .claims import built_keys, compile_slots
+from .claims import built_by, built_keys, compile_slots
 from .progress import Progress
 from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
@@ -96,8 +96,11 @@ class Driver:
         shard = cfg.shard_size or (100 if cfg.examples is None else
                                    max(10, min(100, math.ceil(cfg.examples * len(cfg.backends) / workers))))
         replays = saved_cases(cfg.out, cfg.backends) if cfg.replay_saved else {}
+        gated = not cfg.compile_slices and cfg.compile_share < 1.0  # first calls held to compile slots
         self.scheduler = Scheduler(cfg.backends, examples=cfg.examples, shard_size=shard, done=done,
-                                   replays=replays, max_shrinking=max(1, workers // 4), slices=_slice_counts(cfg))
+                                   replays=replays, max_shrinking=max(1, workers // 4), slices=_slice_counts(cfg),
+                                   declared=_declared_keys(cfg) if gated else None,
+                                   compile_slots=worker_config.compile_slots if gated else 0)
         self._known_builds()
         self.buckets = Buckets(per_bucket=cfg.shrink_per_bucket)
         for row in earlier:  # a resumed campaign keeps what it knew of its buckets
@@ -146,8 +149,12 @@ class Driver:
     def _on_row(self, wid: int, row: dict) -> None:
         self.beats.pop(wid, None)
         phase = row.get("phase")
+        if row.get("first_of_key"):
+            self.scheduler.first_call_done()
         if row.get("compile_key"):
-            self.scheduler.key_built(row["backend"], row["compile_key"], wid)
+            self.scheduler.key_drawn(row["backend"], row["compile_key"])
+            if built_by(row.get("verdict")):
+                self.scheduler.key_built(row["backend"], row["compile_key"], wid)
         if phase == "generate":
             self.scheduler.example_done(row["backend"], row["shard"], row["index"])
             decision = self.buckets.observe(row)
@@ -269,8 +276,10 @@ class Driver:
             self._on_minimal(wid, msg)
         elif kind == "deferred":  # a generated case waits for its JIT module (campaign.compiles)
             self.scheduler.defer(msg["backend"], msg["key"], msg["case"],
-                                 {"shard": msg["shard"], "index": msg["index"], "shard_size": msg["shard_size"]})
-            self.progress.deferred(msg["backend"])
+                                 {"shard": msg["shard"], "index": msg["index"], "shard_size": msg["shard_size"]},
+                                 returned=bool(msg.get("returned")))
+            if not msg.get("returned"):
+                self.progress.deferred(msg["backend"])
         elif kind == "done":
             self.beats.pop(wid, None)
             self.shrinking.pop(wid, None)
@@ -440,6 +449,20 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
         plumbing = LocalPool(wcfg, slots=slots, gpus=gpus, log_dir=Path(cfg.out) / "logs",
                              tag=str(Path(cfg.out).resolve()))
     return Driver(cfg, plumbing, wcfg).run()
+
+
+def _declared_keys(cfg: CampaignConfig) -> dict[str, list[str]]:
+    """Each JIT backend's declared compile keys within the campaign's focus (the scheduler's tour shards draw each)."""
+    from backends.registry import get
+    from fuzz.strategies import Limits
+
+    from .declarations import compile_keys
+
+    try:
+        return {name: compile_keys(get(name, include_mutants=True, specs=cfg.specs), Limits(**cfg.limits))
+                for name in cfg.backends}
+    except (KeyError, TypeError, ValueError):
+        return {}  # the campaign's own checks report unknown backends and bad limits
 
 
 def _slice_counts(cfg: CampaignConfig) -> dict[str, int]:

@@ -13,8 +13,11 @@ compiled kernels live in that process). A shard cut short (deadline, dead worker
 it stopped; with an example budget, shards are added until every backend has exactly that many.
 
 A JIT backend's cases that waited for their module (campaign.compiles) go out before generation, to a worker that
-has the module loaded; two of every three of its new shards (FOCUSED_PER_WHOLE) draw only cases of one compile key the
-worker has loaded, so workers evaluate while few of the backend's keys are built.
+has the module loaded; while a compile slot is free (campaign.claims), the unbuilt key with the most waiting cases goes
+out as a compile task beside generation. Two of every three of a JIT backend's new shards (FOCUSED_PER_WHOLE) draw only
+cases of one compile key the worker has loaded, so workers evaluate while few of the backend's keys are built; the
+third is a tour of a declared key nothing was drawn of yet (TOUR_SIZE cases), then, once every key has been drawn, the
+whole space while the build queue runs short.
 
 With --compile-slices, a JIT backend's space is cut into compile slices (Backend.compiled_per and
 compiled_features: one dtype, head size, kv dtype and set of compile-keyed features each): shard j >= 1
@@ -42,6 +45,12 @@ SLICE_SLACK = 2
 # space (which finds new keys and feeds the builds): on a cold cache few of hundreds of keys exist, and whole-space
 # shards then spend their time drawing cases that wait (campaign.compiles).
 FOCUSED_PER_WHOLE = 2
+# A tour shard draws TOUR_SIZE cases of one declared compile key no case has been drawn for yet, in the place of a
+# whole-space shard: every declared key gets drawn (and queued for its build) for a few draws each, where whole-space
+# shards drew 36,000 prefill cases that waited or were dropped for 1,507 rows in ten minutes on an H100
+# (campaigns/jit-untold-h100-2026-11-26.md). Once every key has been drawn, a whole-space shard is due only while fewer
+# unbuilt keys wait than there are compile slots.
+TOUR_SIZE = 4
 
 
 @dataclass
@@ -51,16 +60,21 @@ class _Shard:
     running: bool = False
     closed: bool = False  # ran to its end (or hypothesis had nothing more to draw)
     key: str = ""  # a focused shard's compile key (every case it evaluates is of that key)
+    tour: bool = False  # a tour shard: a few draws of a key nothing was drawn of (TOUR_SIZE)
 
 
 class Scheduler:
     def __init__(self, backends: list[str], *, examples: int | None, shard_size: int = 100,
                  done: dict[tuple[str, int], tuple[int, int]] | None = None,
                  replays: dict[str, tuple[str, ...]] | None = None, max_shrinking: int = 1,
-                 shrink_share: float = 0.25, slices: dict[str, int] | None = None) -> None:
+                 shrink_share: float = 0.25, slices: dict[str, int] | None = None,
+                 declared: dict[str, list[str]] | None = None, compile_slots: int = 0) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
         shard size, focus key) from an earlier run being resumed; `replays`: saved case JSONs per backend;
-        `slices`: the number of compile slices per JIT backend (others: 1)."""
+        `slices`: the number of compile slices per JIT backend (others: 1); `declared`: a JIT backend's compile keys
+        within the campaign's focus (tour shards draw each); `compile_slots`: the campaign's compile slots
+        (campaign.claims), as many compile tasks as run beside generation (0: compile tasks only once generation
+        is over)."""
         self.backends = list(backends)
         self.slices = {b: max(1, (slices or {}).get(b, 1)) for b in self.backends}
         self.spent: dict[str, set[int]] = {b: set() for b in self.backends}  # slices hypothesis ran out of
@@ -87,6 +101,11 @@ class Scheduler:
         self.broken: dict[str, str] = {}  # backend -> why no more tasks are given to it
         self.backlog = Backlog()
         self.loaded: dict[int, set[tuple[str, str]]] = defaultdict(set)  # worker -> (backend, compile key) it ran
+        self.declared = {b: list((declared or {}).get(b, ())) for b in self.backends}
+        self.drawn: dict[str, set[str]] = defaultdict(set)  # compile keys a case was drawn of (a row or a deferral)
+        self.compile_slots = compile_slots
+        self.compiling: set[int] = set()  # workers running a compile task beside generation
+        self.slots_busy = False  # a compile task found no free slot: none goes out before a first call ends
 
     # --- events ---------------------------------------------------------------------------------
     def add_worker(self, wid: int) -> None:
@@ -103,13 +122,24 @@ class Scheduler:
     def shrink_example_done(self) -> None:
         self.shrink_rows += 1
 
-    def defer(self, backend: str, key: str, case: str, where: dict) -> None:
+    def defer(self, backend: str, key: str, case: str, where: dict, returned: bool = False) -> None:
         """A generated case waits for its compile key (campaign.compiles): its example number is used, so the shard
-        goes on past it (its row comes from the deferred task)."""
-        self.backlog.defer(backend, key, case, where)
+        goes on past it (its row comes from the deferred task). `returned`: a compile task without a slot gave it
+        back."""
+        self.backlog.defer(backend, key, case, where, returned=returned)
+        self.drawn[backend].add(key)
+        self.slots_busy = self.slots_busy or returned
         s = self.shards.get(backend, {}).get(where.get("shard"))
         if s is not None:
             s.done = max(s.done, where.get("index") or 0)
+
+    def first_call_done(self) -> None:
+        """A first call of a module in some worker returned: its compile slot is free again."""
+        self.slots_busy = False
+
+    def key_drawn(self, backend: str, key: str) -> None:
+        """A row of compile key `key` came back: a case of it was drawn."""
+        self.drawn[backend].add(key)
 
     def key_built(self, backend: str, key: str, wid: int | None = None) -> None:
         """A row of `backend` ran a case of compile key `key` (in worker `wid`): its module exists now, and is
@@ -121,6 +151,7 @@ class Scheduler:
     def task_done(self, wid: int, exhausted: bool = False) -> None:
         """`wid` finished its task; `exhausted`: hypothesis had no more cases to draw for the shard."""
         task = self.running.pop(wid, None)
+        self.compiling.discard(wid)
         if task is not None and task.kind == TaskKind.DEFERRED:
             self.backlog.release(task.backend, task.key)
         if task is not None and task.kind == TaskKind.GENERATE:
@@ -139,6 +170,7 @@ class Scheduler:
         if wid in self.idle:
             self.idle.remove(wid)
         self.loaded.pop(wid, None)
+        self.compiling.discard(wid)
         task = self.running.pop(wid, None)
         if task is not None and task.kind == TaskKind.GENERATE:
             s = self.shards[task.backend][task.shard]
@@ -208,6 +240,11 @@ class Scheduler:
         deferred = self._deferred_task(built=True, here=self.loaded[wid], elsewhere=elsewhere)
         if deferred is not None:
             return deferred
+        if len(self.compiling) < self.compile_slots and not self.slots_busy:  # a build beside generation
+            deferred = self._deferred_task(built=False, needs_slot=True)
+            if deferred is not None:
+                self.compiling.add(wid)
+                return deferred
         active = defaultdict(int)
         for t in self.running.values():
             active[t.backend] += 1
@@ -222,13 +259,13 @@ class Scheduler:
         backend = min(choices, key=lambda b: (active[b], self.generated(b), b != warm, self.backends.index(b)))
         return self._generate_for(backend, create=True, wid=wid)
 
-    def _deferred_task(self, built: bool, **where) -> Task | None:
+    def _deferred_task(self, built: bool, needs_slot: bool = False, **where) -> Task | None:
         taken = self.backlog.take(built=built, skip=set(self.broken), **where)
         if taken is None:
             return None
         backend, key, cases = taken
         return Task(TaskKind.DEFERRED, backend, key=key, cases=tuple(c for c, _ in cases),
-                    wheres=tuple(w for _, w in cases))
+                    wheres=tuple(w for _, w in cases), needs_slot=needs_slot)
 
     def _may_shrink(self, backend: str) -> bool:
         if backend not in self.shrunk_backends:
@@ -271,7 +308,7 @@ class Scheduler:
             s = shards[j]
             if not s.closed and not s.running and s.done < s.size:
                 return Task(TaskKind.GENERATE, backend, shard=j, size=s.size, start=s.done, built=self._built(backend),
-                            key=s.key)
+                            key=s.key, tour=s.tour)
         planned = sum(s.size for s in shards.values())
         if self.examples is not None and planned >= self.examples:
             return None
@@ -284,20 +321,32 @@ class Scheduler:
             if p is None:
                 return None
             j = next(j for j in itertools.count(1) if j not in shards and (j - 1) % self.slices[backend] == p)
-        key = self._focus(backend, wid) if j > 0 and self.slices[backend] == 1 else ""
+        key, tour = self._focus(backend, wid) if j > 0 and self.slices[backend] == 1 else ("", False)
+        if tour:
+            size = min(size, TOUR_SIZE)
         if create:
-            shards[j] = _Shard(size=size, key=key)
-        return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0, built=self._built(backend), key=key)
+            shards[j] = _Shard(size=size, key=key, tour=tour)
+        return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0, built=self._built(backend), key=key,
+                    tour=tour)
 
-    def _focus(self, backend: str, wid: int | None) -> str:
-        """The compile key a new shard of `backend` focuses on: one `wid` has loaded, the least focused one, while
-        focused shards are fewer than FOCUSED_PER_WHOLE per whole-space shard; "" (the whole space) otherwise."""
+    def _focus(self, backend: str, wid: int | None) -> tuple[str, bool]:
+        """(the compile key a new shard of `backend` draws, whether it is a tour shard). A key `wid` has loaded, the
+        least focused one, while focused shards are fewer than FOCUSED_PER_WHOLE per other shard; else a tour of a
+        declared key nothing was drawn of; else the whole space ("") while fewer unbuilt keys wait than there are
+        compile slots, a loaded key otherwise."""
         mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
         shards = [s for j, s in self.shards[backend].items() if j > 0]
-        focused = [s.key for s in shards if s.key]
-        if not mine or len(focused) >= FOCUSED_PER_WHOLE * (len(shards) - len(focused) + 1):
-            return ""
-        return min(mine, key=lambda k: (focused.count(k), k))
+        focused = [s.key for s in shards if s.key and not s.tour]
+        least_focused = min(mine, key=lambda k: (focused.count(k), k)) if mine else ""
+        if mine and len(focused) < FOCUSED_PER_WHOLE * (len(shards) - len(focused) + 1):
+            return least_focused, False
+        toured = {s.key for s in shards if s.tour}  # once each: a key the focus filter cannot draw stays undrawn
+        undrawn = [k for k in self.declared[backend] if k not in self.drawn[backend] and k not in toured]
+        if undrawn:
+            return undrawn[0], True
+        if mine and self.backlog.unbuilt_keys(backend) >= max(1, self.compile_slots):
+            return least_focused, False
+        return "", False
 
     def focus_of(self, backend: str, shard: int) -> str:
         """The compile key shard `shard` of `backend` focuses on ("" for the whole space): its shrinks draw alike."""

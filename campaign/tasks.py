@@ -37,19 +37,25 @@ class Task:
     wheres: tuple[dict, ...] = field(default_factory=tuple)  # DEFERRED: each case's shard, index and shard_size
     key: str = ""  # DEFERRED: its cases' compile key; GENERATE, SHRINK: the key a focused shard draws (campaign.compiles)
     built: tuple[str, ...] = field(default_factory=tuple)  # GENERATE: compile keys some worker has built
+    # DEFERRED of an unbuilt key while generation goes on (a compile task beside evaluation): it builds only with a
+    # free compile slot, else its cases go back to wait (campaign.claims)
+    needs_slot: bool = False
+    tour: bool = False  # GENERATE: a few draws of a compile key nothing was drawn of (campaign.scheduler.TOUR_SIZE)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind.value, "backend": self.backend, "shard": self.shard, "size": self.size,
                 "start": self.start, "target": self.target,
                 "signature": list(self.signature) if self.signature else None, "cases": list(self.cases),
-                "wheres": list(self.wheres), "key": self.key, "built": list(self.built)}
+                "wheres": list(self.wheres), "key": self.key, "built": list(self.built),
+                "needs_slot": self.needs_slot, "tour": self.tour}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Task":
         return cls(kind=TaskKind(d["kind"]), backend=d["backend"], shard=d["shard"], size=d["size"],
                    start=d["start"], target=d["target"],
                    signature=tuple(d["signature"]) if d.get("signature") else None, cases=tuple(d.get("cases") or ()),
-                   wheres=tuple(d.get("wheres") or ()), key=d.get("key", ""), built=tuple(d.get("built") or ()))
+                   wheres=tuple(d.get("wheres") or ()), key=d.get("key", ""), built=tuple(d.get("built") or ()),
+                   needs_slot=bool(d.get("needs_slot")), tour=bool(d.get("tour")))
 
     @property
     def label(self) -> str:

@@ -31,7 +31,7 @@ from reference.case import Case
 
 from .buckets import row_symptoms
 from .caches import KEYS_FOLDER, cache_root
-from .claims import Claim, CompileClaims
+from .claims import Claim, CompileClaims, built_by
 from .compiles import key_text
 from .store import tensors_b64
 from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
@@ -204,10 +204,13 @@ class Worker:
         # the beat carries the row's summary fields: a worker that dies or hangs in this case still leaves a
         # row the coverage map and the report can count (features, dtype, sizes)
         key = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
-        first = bool(key[1]) and key not in self._compiled  # a JIT compile may come first: a longer timeout
+        # a JIT compile may come first, of the key or of a finer variant (jit_variant): a longer timeout. On an H100 the
+        # 120-s example timeout killed 13 workers mid-build of such variants, each a false `timeout` row (campaigns/jit-untold-h100-2026-11-26.md).
+        first = bool(key[1]) and key not in self._compiled
         self._compiled.add(key)
         gated = self._module(backend, case)
         if gated is not None:
+            first = first or (backend.name, gated[1]) not in self._units
             self._units.add((backend.name, gated[1]))
         summary = base_row(backend, case)
         self.send({"type": "beat", **summary, "started": time.time(), "first_compile": first, **where})
@@ -305,7 +308,7 @@ class Worker:
         try:
             row, evaluation = self._evaluate(backend, case, where)
         finally:
-            claim.done(built=row.get("verdict") not in (None, Verdict.CRASH.value, Verdict.UNSUPPORTED.value))
+            claim.done(built=built_by(row.get("verdict")))
             if jobs is not None:
                 os.environ["MAX_JOBS"] = jobs
         return row, evaluation
@@ -337,6 +340,8 @@ class Worker:
             row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
             if task.key:
                 row["focus_key"] = task.key  # a focused shard's row (campaign.scheduler.FOCUSED_PER_WHOLE)
+                if task.tour:
+                    row["tour"] = True  # of a key nothing was drawn of before (campaign.scheduler.TOUR_SIZE)
             sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
             if sticky:
@@ -439,15 +444,23 @@ class Worker:
     def _deferred(self, task: Task, deadline: float | None) -> None:
         """Generated cases that waited for their compile key: each gets the row it would have had when drawn. A built
         key's cases come to a worker that has it loaded (or 8 and more at once, campaign.compiles.Backlog.take), so they
-        load without a slot; an unbuilt one's (a compile task, once generation is over) build under its lock."""
+        load without a slot; an unbuilt one's (a compile task) build under its lock, beside generation only with a
+        free compile slot."""
         backend, _ = self._loaded(task.backend)
-        for text, where in zip(task.cases, task.wheres):
+        for n, (text, where) in enumerate(zip(task.cases, task.wheres)):
             if self._over(deadline):
                 return
             where = {"backend": task.backend, **where}
             case = Case.from_json(text)
             unit, claim = self._unbuilt(backend, case), None
-            if unit is not None:  # a compile task: another worker's build of its module is waited out
+            if unit is not None and task.needs_slot:  # beside generation: a build only into a free compile slot
+                claim = self.claims.claim(task.backend, unit, covers=task.key)
+                if claim is None:  # another process builds it, or every slot is busy: the cases wait again
+                    for text2, where2 in zip(task.cases[n:], task.wheres[n:]):
+                        self.send({"type": "deferred", "key": task.key, "case": text2, "returned": True,
+                                   "backend": task.backend, **where2})
+                    return
+            elif unit is not None:  # a compile task once generation is over: another's build is waited out
                 claim = self.claims.wait_claim(task.backend, unit, covers=task.key, until=deadline)
             row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", deferred=True, t=time.time(),

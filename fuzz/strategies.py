@@ -39,9 +39,12 @@ class Limits:
     # draw only these, intersected with the declaration (an empty intersection keeps the declaration).
     dtypes: tuple[str, ...] | None = None
     head_sizes: tuple[int, ...] | None = None
+    value_sizes: tuple[int, ...] | None = None  # where a backend takes a value head size of its own (head_size_v)
     kv_cache_dtypes: tuple[str, ...] | None = None
     attn_types: tuple[str, ...] | None = None  # e.g. ("kernel",): the raw-API region only
     features: tuple[str, ...] | None = None  # draw only these of the declared features (the others stay off)
+    # draw these features in every case that admits them (a focused shard of one compile key: no rejected draws)
+    features_on: tuple[str, ...] | None = None
 
 
 EDGE_ABOVE_KEYS = 128  # the EDGE value class is drawn only for cases with a sequence of more keys than this
@@ -80,18 +83,19 @@ def limits_from_json(text: str) -> Limits:
             continue
         if not isinstance(value, list) or not value:
             raise LimitsError(f"--limits: {key}={value!r}: a non-empty list, e.g. {allowed[:2]}")
-        bad = [v for v in value if v not in allowed] if key != "head_sizes" else \
+        sized = key in ("head_sizes", "value_sizes")
+        bad = [v for v in value if v not in allowed] if not sized else \
             [v for v in value if not isinstance(v, int) or isinstance(v, bool) or v < 1]
         if bad:
-            what = "integers >= 1" if key == "head_sizes" else f"values from {allowed}"
+            what = "integers >= 1" if sized else f"values from {allowed}"
             raise LimitsError(f"--limits: {key} has {bad[0]!r}; allowed: {what}")
         data[key] = tuple(value)
     return Limits(**data)
 
 
 _LIMIT_VALUES = {"dtypes": [d.value for d in DType], "kv_cache_dtypes": [k.value for k in KVCacheDType],
-                 "features": sorted(f.value for f in Feature),
-                 "attn_types": [t.value for t in AttentionType], "head_sizes": [], "tiers": list(TIERS)}
+                 "features": sorted(f.value for f in Feature), "features_on": sorted(f.value for f in Feature),
+                 "attn_types": [t.value for t in AttentionType], "head_sizes": [], "value_sizes": [], "tiers": list(TIERS)}
 
 
 def focus_values(declared, wanted, key=lambda x: x):
@@ -167,15 +171,30 @@ def compile_key(case: Case, per: tuple[str, ...], features: tuple[Feature, ...] 
 def key_limits(caps: Capabilities, limits: Limits, per: tuple[str, ...], features: tuple[Feature, ...],
                key: list | tuple) -> Limits:
     """`limits` narrowed towards one compile key (`compile_key`'s form, or its JSON list): the `per` fields fixed to
-    the key's values, the compile-keyed features the key does not switch on left out. Cases drawn within may still
-    leave some of the key's features off, or draw another value size: callers filter on `compile_key`."""
+    the key's values (the value head size too), the compile-keyed features the key does not switch on left out,
+    those it switches on drawn in every case, and the attention types that take them. Cases drawn within may still
+    miss the key (a window side left unbounded, a value size equal to the head size): callers filter on
+    `compile_key`."""
     fields: dict[str, tuple] = {}
     for name, value in zip(per, key):
         fields[name] = (int(value[0]),) if name == "head_sizes" else (value,)
+        if name == "head_sizes":
+            fields["value_sizes"] = (int(value[1]),)
     on = set(key[len(per):])
     keyed = {f.value for f in features}
     drawn = [f.value for f in caps.features if limits.features is None or f.value in limits.features]
     fields["features"] = tuple(sorted(f for f in drawn if f not in keyed or f in on))
+    fields["features_on"] = tuple(sorted(on))
+    # attention types that take every feature the key switches on (a window is none of cross attention's, ALiBi
+    # only where the backend declares it)
+    types = set(caps.attn_types) if limits.attn_types is None else {t for t in caps.attn_types
+                                                                    if t.value in limits.attn_types}
+    if Feature.WINDOW.value in on:
+        types.discard(AttentionType.ENCODER_DECODER)
+    if Feature.ALIBI.value in on and caps.alibi_attn_types is not None:
+        types &= set(caps.alibi_attn_types)
+    if types:
+        fields["attn_types"] = tuple(sorted(t.value for t in types))
     return replace(limits, **fields)
 
 
@@ -245,11 +264,12 @@ def _has(caps: Capabilities, feature: Feature) -> bool:
     return feature in caps.features
 
 
-def _sometimes(draw, caps: Capabilities, feature: Feature, strategy: st.SearchStrategy):
-    """None (feature off: the simplest value, so shrinking drops it) or a draw from `strategy`."""
+def _sometimes(draw, caps: Capabilities, feature: Feature, strategy: st.SearchStrategy, on: frozenset = frozenset()):
+    """None (feature off: the simplest value, so shrinking drops it) or a draw from `strategy`; always a draw when
+    the feature is in `on` (Limits.features_on)."""
     if not _has(caps, feature):
         return None
-    return draw(or_none(strategy))
+    return draw(strategy if feature.value in on else or_none(strategy))
 
 
 @memo
@@ -424,6 +444,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     """A Case inside `caps`, sized by `limits`."""
     if limits.features is not None:  # the focus: declared features left out are never drawn
         caps = replace(caps, features=frozenset(f for f in caps.features if f.value in limits.features))
+    on = frozenset(limits.features_on or ())
     attn_type = draw(pick(focus_values(caps.attn_types, limits.attn_types, key=lambda t: t.value)))
     dtype = draw(pick(focus_values(caps.dtypes, limits.dtypes, key=lambda d: d.value)))
     num_heads, num_kv_heads = draw(heads(caps, limits))
@@ -435,7 +456,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         pairs = [p for p in caps.head_size_pairs if p[0] in sizes] or list(caps.head_size_pairs)
         head_size, head_size_v = draw(pick(pairs))
     elif _has(caps, Feature.HEAD_SIZE_V):
-        head_size_v = draw(st.none() | pick(sorted(caps.head_sizes)))
+        value_sizes = pick(focus_values(caps.head_sizes, limits.value_sizes))
+        head_size_v = draw(value_sizes if Feature.HEAD_SIZE_V.value in on else st.none() | value_sizes)
     value_size = head_size_v or head_size
 
     paged_types = (AttentionType.DECODER, AttentionType.ENCODER_DECODER) + (
@@ -482,16 +504,16 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         kernel = dict(causal=draw(pick(sorted(caps.causal_modes))),
                       causal_alignment=draw(pick(sorted(caps.causal_alignments, key=lambda a: a.value))),
                       window=_sometimes(draw, caps, Feature.WINDOW,
-                                        _window_pair(tuple(boundary), tuple(sizes), caps.window_right)))
+                                        _window_pair(tuple(boundary), tuple(sizes), caps.window_right), on))
         if kernel["window"] == (None, None):
             kernel["window"] = None  # no bound on either side is no window: one spelling (encodings draw the others)
     window = None
     if attn_type not in (AttentionType.ENCODER_DECODER, AttentionType.KERNEL):
-        window = _sometimes(draw, caps, Feature.WINDOW, _window_w(tuple(boundary), tuple(sizes), max_kv))
-    soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, pick([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]))
+        window = _sometimes(draw, caps, Feature.WINDOW, _window_w(tuple(boundary), tuple(sizes), max_kv), on)
+    soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, pick([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]), on)
     # Sinks near the scores, and on one head sometimes far above / below them: a kernel's running max must
     # start from the sink (the other heads keep the case able to see mask bugs).
-    sinks = _sometimes(draw, caps, Feature.SINKS, _sinks(num_heads))
+    sinks = _sometimes(draw, caps, Feature.SINKS, _sinks(num_heads), on)
     far = draw(_far_sink(num_heads))
     if sinks is not None and far is not None:
         sinks = tuple(far[1] if h == far[0] else x for h, x in enumerate(sinks))
@@ -499,7 +521,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         sinks = tuple(float(torch.tensor(sinks, dtype=dtype.torch).float()[i]) for i in range(num_heads))
     alibi = None
     if _has(caps, Feature.ALIBI) and (caps.alibi_attn_types is None or attn_type in caps.alibi_attn_types) \
-            and draw(st.booleans()):
+            and (Feature.ALIBI.value in on or draw(st.booleans())):
         convention = draw(pick(sorted(caps.alibi_conventions, key=lambda c: c.value)))
         factor = 1.0 if caps.alibi_standard_slopes else draw(pick([1.0, 0.25, 4.0]))
         alibi = Alibi(tuple(s * factor for s in standard_alibi_slopes(num_heads)), convention)

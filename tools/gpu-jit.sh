@@ -4,9 +4,11 @@
 # one device call. The checkout is copied to /tmp/jit-run/NAME first: every device call lays the working tree anew.
 #   PART=start NAME=flashinfer-cold CACHE=/tmp/jit-cache-fi SECS=600 BACKENDS="flashinfer-decode ..." bash tools/gpu-jit.sh
 #   PART=wait NAME=flashinfer-cold [UNTIL=590] bash tools/gpu-jit.sh   # waits for its end (at most UNTIL s), then collects
+# EXTRA_PATH=/tmp/vdeps for vLLM's backends driven whole (vllm-backend-*: its config code, tools/stage-vllm.sh).
 # A warm run is the same command with another NAME and the same CACHE. Into $OUT: NAME.log (device, versions, the
-# campaign's live lines), NAME.md (benchmarks/jit_campaign.py and benchmarks/throughput.py), NAME-summary.md,
-# NAME-compile_keys.csv, NAME-compile_draws.json and NAME-rows.jsonl.xz.
+# campaign's live lines), NAME.md (benchmarks/jit_campaign.py, benchmarks/throughput.py), NAME-summary.md,
+# NAME-compile_keys.csv, NAME-compile_draws.json, NAME-rows.jsonl.xz (tools/analysis/first-calls.py reads it).
+# PART=until NAME=... waits for the end only, so the next campaign can start before this one's report.
 set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"; NAME=${NAME:?NAME}; RUN=/tmp/jit-run/$NAME; RES=/tmp/jit-res/$NAME
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
@@ -19,23 +21,26 @@ case ${PART:-start} in
     cp "$OUT/$NAME.log" "/tmp/jit-res/$NAME.log"
     args=""; for b in $BACKENDS; do args="$args --backend $b"; done
     # its own session, started from the top shell (as tools/gpu-bg.sh): the device keeps it between calls
-    setsid nohup env PYTHONPATH="$RUN:${PYTHONPATH:-}" bash -c "cd $RUN && exec timeout $((SECS + 240)) python3 -m cli \
+    setsid nohup env PYTHONPATH="$RUN:${PYTHONPATH:-}${EXTRA_PATH:+:$EXTRA_PATH}" bash -c "cd $RUN && exec timeout $((SECS + 240)) python3 -m cli \
       fuzz $args --time $SECS --workers auto --no-replay --cache-dir $CACHE --out $RES" \
       >> "/tmp/jit-res/$NAME.log" 2>&1 < /dev/null &
     echo $! > "/tmp/jit-res/$NAME.pid"
     sleep 40; ps -o pid,etime,cmd -p "$(cat /tmp/jit-res/$NAME.pid)" | cut -c1-120; tail -3 "/tmp/jit-res/$NAME.log" ;;
+  until)  # only waits for the campaign's end (at most UNTIL s): the next campaign may start before this one's report
+    pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
+    while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 2; done ;;
   wait)
     pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
     while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
     cp "/tmp/jit-res/$NAME.log" "$OUT/$NAME.log"
     if kill -0 "$pid" 2> /dev/null; then echo "still running"; tail -3 "$OUT/$NAME.log"; exit 0; fi
     cd "$RUN" && export PYTHONPATH=$RUN:${PYTHONPATH:-}
-    timeout 200 python3 -m cli report "$RES" > /dev/null 2>&1
+    xz -1 -T4 -c "$RES/rows.jsonl" > "$OUT/$NAME-rows.jsonl.xz"  # every field: compile_s, first_of_key, focus_key
+    cp "$RES/compile_draws.json" "$OUT/$NAME-compile_draws.json" 2>/dev/null
+    timeout 120 python3 -m cli report "$RES" > /dev/null 2>&1
     { echo "### $NAME"; python3 benchmarks/jit_campaign.py "$RES"; echo; python3 benchmarks/throughput.py "$RES"; } \
       > "$OUT/$NAME.md" 2>&1
     cp "$RES/summary.md" "$OUT/$NAME-summary.md" 2>/dev/null
     cp "$RES/compile_keys.csv" "$OUT/$NAME-compile_keys.csv" 2>/dev/null
-    cp "$RES/compile_draws.json" "$OUT/$NAME-compile_draws.json" 2>/dev/null
-    xz -6 -c "$RES/rows.jsonl" > "$OUT/$NAME-rows.jsonl.xz"  # every field: compile_s, first_of_key, focus_key, worker
     grep -E "^\[" "$OUT/$NAME.log" | awk 'NR % 4 == 0' | tail -12; tail -4 "$OUT/$NAME.log"; cat "$OUT/$NAME.md" ;;
 esac

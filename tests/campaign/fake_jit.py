@@ -1,7 +1,9 @@
 """A correct CPU kernel with a JIT-like compile per (dtype, head size), for tests/campaign/test_compiles.py
 (`--backend-spec tests.campaign.fake_jit:backends`): the first call of a key sleeps COMPILE_S unless a marker file in
 $FAKE_JIT_DIR says some process built it (a module cache on disk, as FA4's, FlashInfer's and Triton's are). Each build
-appends "key start end" to $FAKE_JIT_DIR/builds.log, so a test can count builds per key and builds at once."""
+appends "key start end" to $FAKE_JIT_DIR/builds.log, so a test can count builds per key and builds at once.
+`test-fake-jit-variants` builds one module per attention type within a key, as FA4 and FlashInfer build finer
+variants (Backend.jit_variant), each for VARIANT_COMPILE_S."""
 from __future__ import annotations
 
 import os
@@ -12,6 +14,7 @@ from backends.base import Actual, Backend
 from backends.torch_sdpa import sdpa_backends
 
 COMPILE_S = 0.4
+VARIANT_COMPILE_S = 2.0
 
 
 class FakeJit(Backend):
@@ -24,17 +27,33 @@ class FakeJit(Backend):
         self.inner = next(b for b in sdpa_backends() if b.name == "torch-sdpa-math")
         self.caps = self.inner.caps
 
+    compile_s = COMPILE_S
+
+    def module(self, case) -> str:
+        return f"{case.dtype.value}-{case.head_size}-{case.value_size}"
+
     def run(self, inputs) -> Actual:
         case = inputs.case
-        marker = Path(os.environ["FAKE_JIT_DIR"]) / f"{case.dtype.value}-{case.head_size}-{case.value_size}"
+        marker = Path(os.environ["FAKE_JIT_DIR"]) / self.module(case)
         if not marker.exists():
             started = time.time()
-            time.sleep(COMPILE_S)
+            time.sleep(self.compile_s)
             marker.touch()
             with open(marker.parent / "builds.log", "a") as log:
                 log.write(f"{marker.name} {started} {time.time()}\n")
         return self.inner.run(inputs)
 
 
+class FakeJitVariants(FakeJit):
+    name = "test-fake-jit-variants"
+    compile_s = VARIANT_COMPILE_S
+
+    def module(self, case) -> str:
+        return f"{case.dtype.value}-{case.head_size}-{case.attn_type.value}"
+
+    def jit_variant(self, case) -> tuple:
+        return (case.dtype.value, case.head_size, case.attn_type.value)
+
+
 def backends():
-    return [FakeJit()]
+    return [FakeJit(), FakeJitVariants()]

@@ -14,7 +14,7 @@ from campaign.compiles import Backlog
 from campaign.engine import CampaignConfig, run_campaign
 from campaign.scheduler import Scheduler
 from campaign.tasks import TaskKind
-from tests.campaign.fake_jit import COMPILE_S
+from tests.campaign.fake_jit import COMPILE_S, VARIANT_COMPILE_S
 
 
 def test_built_keys_go_first_and_unbuilt_ones_only_once_generation_is_over():
@@ -81,6 +81,53 @@ def test_a_worker_s_new_shards_focus_on_keys_it_has_loaded_two_per_whole_space_o
     assert FOCUSED_PER_WHOLE == 2
     assert keys == ["", "", "k1", "k2", "k1", "k2", "", "k1", "k2", "", "k1", "k2"]
     assert s.focus_of("jit", 2) == "k1" and s.focus_of("jit", 6) == ""  # shrinks draw as their shard did
+
+
+def test_a_compile_task_runs_beside_generation_in_each_free_slot():
+    """While generation goes on, as many unbuilt keys go out as compile tasks as there are compile slots; a task that
+    found no free slot gives its cases back, and none goes out again before some first call ends."""
+    s = Scheduler(["jit"], examples=None, shard_size=10, compile_slots=1)
+    for wid in range(3):
+        s.add_worker(wid)
+    s.defer("jit", "a", "case-a", {"shard": 0, "index": 1, "shard_size": 10})
+    s.defer("jit", "b", "case-b", {"shard": 0, "index": 2, "shard_size": 10})
+    out = {wid: t for wid, t in s.schedule()}
+    compiles = [(w, t) for w, t in out.items() if t.kind == TaskKind.DEFERRED]
+    assert len(compiles) == 1 and compiles[0][1].needs_slot
+    assert sorted(t.kind.value for t in out.values()) == ["deferred", "generate", "generate"]
+    (wid, task), = compiles
+    s.defer("jit", task.key, task.cases[0], task.wheres[0], returned=True)  # every slot was busy
+    s.task_done(wid)
+    assert [t.kind for _, t in s.schedule()] == [TaskKind.GENERATE]
+    assert s.backlog.deferred["jit", task.key] == 1  # given back, not drawn again
+    s.first_call_done()
+    s.task_done(wid)
+    assert [(t.kind, t.needs_slot) for _, t in s.schedule()] == [(TaskKind.DEFERRED, True)]
+
+
+def test_tours_draw_each_declared_key_once_then_the_whole_space_while_few_keys_wait():
+    from campaign.scheduler import TOUR_SIZE
+
+    s = Scheduler(["jit"], examples=None, shard_size=50, declared={"jit": ["k1", "k2", "k3"]}, compile_slots=1)
+    s.add_worker(0)
+    s.key_drawn("jit", "k2")  # a row of k2 came back: no tour of it
+
+    def next_shards(n: int) -> list[tuple[str, int]]:
+        seen = []
+        for _ in range(n):
+            (wid, task), = s.schedule()
+            assert task.kind == TaskKind.GENERATE
+            seen.append((task.key, task.size))
+            s.example_done("jit", task.shard, task.size)
+            s.task_done(wid)
+        return seen
+
+    assert next_shards(4) == [("", 20), ("k1", TOUR_SIZE), ("k3", TOUR_SIZE), ("", 50)]
+    s.key_built("jit", "k1", wid=0)
+    # FOCUSED_PER_WHOLE per other shard (tours count), one ahead; then, no unbuilt key waiting, the whole space
+    assert [k for k, _ in next_shards(9)] == ["k1"] * 8 + [""]
+    s.defer("jit", "k3", "case", {"shard": 1, "index": 1, "shard_size": 4}, returned=True)  # waits, slots busy
+    assert [k for k, _ in next_shards(3)] == ["k1", "k1", "k1"]  # a key waits for the one slot: no more draws
 
 
 def test_a_full_backlog_drops_and_counts():
@@ -155,6 +202,23 @@ def test_builds_hold_the_compile_slots(tmp_path, monkeypatch):
     assert len(builds) >= 2, "fewer than two builds: the test would prove nothing"
     assert all(sum(1 for a2, b2 in builds if a2 < b and a < b2) == 1 for a, b in builds), builds
     assert rows and any(not r.get("first_of_key") for r in rows)
+
+
+def test_a_new_variant_s_build_is_gated_and_outlives_the_example_timeout(tmp_path, monkeypatch):
+    """A first call of a new variant within a key the worker has run (Backend.jit_variant) builds longer than the
+    example timeout: it holds a claim, gets the compile timeout and is no `timeout` row (on an H100 the example
+    timeout killed 13 workers mid-build of such variants: campaigns/jit-untold-h100-2026-11-26.md); each variant is
+    built once."""
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit-variants"], examples=24, workers=2,
+                         progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
+                         cache_dir=str(tmp_path / "c"), example_timeout=VARIANT_COMPILE_S / 2,
+                         limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]})
+    rows = [r for r in run_campaign(cfg).rows if r.get("phase") == "generate"]
+    per_module = Counter(k for k, _, _ in _builds(tmp_path))
+    assert len(per_module) >= 3, "few variants drawn: the test would prove nothing"
+    assert max(per_module.values()) == 1, per_module
+    assert len(rows) == 24 and not [r["message"] for r in rows if r["verdict"] == "timeout"]
 
 
 def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):
