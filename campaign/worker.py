@@ -204,8 +204,9 @@ class Worker:
         # the beat carries the row's summary fields: a worker that dies or hangs in this case still leaves a
         # row the coverage map and the report can count (features, dtype, sizes)
         key = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
-        # a JIT compile may come first, of the key or of a finer variant (jit_variant): a longer timeout. On an H100 the
-        # 120-s example timeout killed 13 workers mid-build of such variants, each a false `timeout` row (campaigns/jit-untold-h100-2026-11-26.md).
+        # a JIT compile may come first, of the key or of a finer variant (jit_variant): a longer timeout. On an H100
+        # the 120-s example timeout killed 13 workers mid-build of such variants, each a false `timeout` row
+        # (campaigns/jit-untold-h100-2026-11-26.md).
         first = bool(key[1]) and key not in self._compiled
         self._compiled.add(key)
         gated = self._module(backend, case)

@@ -95,7 +95,8 @@ def limits_from_json(text: str) -> Limits:
 
 _LIMIT_VALUES = {"dtypes": [d.value for d in DType], "kv_cache_dtypes": [k.value for k in KVCacheDType],
                  "features": sorted(f.value for f in Feature), "features_on": sorted(f.value for f in Feature),
-                 "attn_types": [t.value for t in AttentionType], "head_sizes": [], "value_sizes": [], "tiers": list(TIERS)}
+                 "attn_types": [t.value for t in AttentionType], "head_sizes": [], "value_sizes": [],
+                 "tiers": list(TIERS)}
 
 
 def focus_values(declared, wanted, key=lambda x: x):

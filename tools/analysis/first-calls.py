@@ -72,7 +72,8 @@ def main() -> None:
     ap.add_argument("--long", type=float, default=10.0, help="a first call longer than this many seconds is long")
     a = ap.parse_args()
     table = classify(read_rows(a.rows), a.long)
-    print(f"| backend | kind | first calls | longer than {a.long:g} s | seconds | timeout rows |\n|---|---|---|---|---|---|")
+    print(f"| backend | kind | first calls | longer than {a.long:g} s | seconds | timeout rows |")
+    print("|---|---|---|---|---|---|")
     for name, c in sorted(table.items()):
         for kind in ("new module", "module run elsewhere", "new variant of a run key"):
             print(f"| {name} | {kind} | {c[(kind, 'first calls')]} | {c[(kind, 'long')]} | "
