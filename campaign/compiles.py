@@ -69,18 +69,20 @@ class Backlog:
             entry.building = False
 
     def take(self, *, built: bool, skip: set[str] = frozenset(), here: set[tuple[str, str]] | None = None,
-             elsewhere: set[tuple[str, str]] = frozenset()) -> tuple[str, str, list[tuple[str, dict]]] | None:
+             elsewhere: set[tuple[str, str]] = frozenset(),
+             loads: bool = True) -> tuple[str, str, list[tuple[str, dict]]] | None:
         """(backend, key, cases) of a built key's waiting cases (built=True), or of the unbuilt key with the most
         cases, marked building (built=False); None when there is none. Backends in `skip` are left out.
 
         With `here` (the keys the asking worker has loaded) a built key goes to it when it has the key loaded, when
         no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a first call costs seconds in each
-        process (FA4: 2-5 s on an H100), so cases follow the workers that hold their module."""
+        process (FA4: 2-5 s on an H100), so cases follow the workers that hold their module. `loads=False` (every
+        compile slot was busy lately): only to a worker that has the key loaded."""
         ready = [(b, k) for (b, k), e in self.keys.items()
                  if e.cases and not e.building and b not in skip and (k in self.built[b]) == built]
         if built and here is not None:
-            ready = [bk for bk in ready
-                     if bk in here or bk not in elsewhere or len(self.keys[bk].cases) >= LOAD_BATCH]
+            ready = [bk for bk in ready if bk in here or loads and (
+                bk not in elsewhere or len(self.keys[bk].cases) >= LOAD_BATCH)]
         if not ready:
             return None
         backend, key = max(ready, key=lambda bk: (here is not None and bk in here, len(self.keys[bk].cases)))

@@ -73,7 +73,7 @@ class Scheduler:
         shard size, focus key) from an earlier run being resumed; `replays`: saved case JSONs per backend;
         `slices`: the number of compile slices per JIT backend (others: 1); `declared`: a JIT backend's compile keys
         within the campaign's focus (tour shards draw each); `compile_slots`: the campaign's compile slots
-        (campaign.claims), as many compile tasks as run beside generation (0: compile tasks only once generation
+        (campaign.claims); all but one run compile tasks beside generation (0: compile tasks only once generation
         is over)."""
         self.backends = list(backends)
         self.slices = {b: max(1, (slices or {}).get(b, 1)) for b in self.backends}
@@ -237,10 +237,14 @@ class Scheduler:
                 return task
         elsewhere = set().union(*(v for w, v in self.loaded.items() if w != wid))
         # cases whose module exists now: cheap where it is loaded, and owed a row
-        deferred = self._deferred_task(built=True, here=self.loaded[wid], elsewhere=elsewhere)
+        # beside generation a first call of their module in this worker takes a compile slot (campaign.worker)
+        beside = self.compile_slots > 0 and not self._generation_over()
+        deferred = self._deferred_task(built=True, needs_slot=beside, here=self.loaded[wid], elsewhere=elsewhere,
+                                       loads=not (beside and self.slots_busy))
         if deferred is not None:
             return deferred
-        if len(self.compiling) < self.compile_slots and not self.slots_busy:  # a build beside generation
+        # a build beside generation, one slot kept for first calls of built modules where there are several
+        if len(self.compiling) < max(1, self.compile_slots - 1) and self.compile_slots and not self.slots_busy:
             deferred = self._deferred_task(built=False, needs_slot=True)
             if deferred is not None:
                 self.compiling.add(wid)

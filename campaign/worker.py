@@ -444,9 +444,10 @@ class Worker:
 
     def _deferred(self, task: Task, deadline: float | None) -> None:
         """Generated cases that waited for their compile key: each gets the row it would have had when drawn. A built
-        key's cases come to a worker that has it loaded (or 8 and more at once, campaign.compiles.Backlog.take), so they
-        load without a slot; an unbuilt one's (a compile task) build under its lock, beside generation only with a
-        free compile slot."""
+        key's cases go to a worker that has it loaded (or 8 and more at once, campaign.compiles.Backlog.take); an
+        unbuilt one's (a compile task) build under its lock. Beside generation every first call here, a build or a
+        load (of a variant too), takes a free compile slot, or the remaining cases go back to wait; once generation
+        is over they build or load where they land."""
         backend, _ = self._loaded(task.backend)
         for n, (text, where) in enumerate(zip(task.cases, task.wheres)):
             if self._over(deadline):
@@ -454,9 +455,9 @@ class Worker:
             where = {"backend": task.backend, **where}
             case = Case.from_json(text)
             unit, claim = self._unbuilt(backend, case), None
-            if unit is not None and task.needs_slot:  # beside generation: a build only into a free compile slot
-                claim = self.claims.claim(task.backend, unit, covers=task.key)
-                if claim is None:  # another process builds it, or every slot is busy: the cases wait again
+            if task.needs_slot:  # beside generation: a first call here (a build or a load) only in a free slot
+                waits_for, claim = self._defers(backend, case, frozenset())
+                if waits_for is not None:  # another process builds it, or every slot is busy: the cases wait again
                     for text2, where2 in zip(task.cases[n:], task.wheres[n:]):
                         self.send({"type": "deferred", "key": task.key, "case": text2, "returned": True,
                                    "backend": task.backend, **where2})

@@ -137,9 +137,9 @@ def test_a_full_backlog_drops_and_counts():
     assert backlog.waiting("jit") == 2 and backlog.dropped("jit") == 3
 
 
-def _builds(folder) -> list[tuple[str, float, float]]:
-    """(key, start, end) of each sleeping build of the stand-in JIT backend (tests/campaign/fake_jit.py)."""
-    log = folder / "builds.log"
+def _builds(folder, name: str = "builds.log") -> list[tuple[str, float, float]]:
+    """(key, start, end) of each sleeping build (or load) of the stand-in JIT backend (tests/campaign/fake_jit.py)."""
+    log = folder / name
     return [(k, float(a), float(b)) for k, a, b in (line.split() for line in log.read_text().splitlines())] \
         if log.exists() else []
 
@@ -191,10 +191,11 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
 
 
 def test_builds_hold_the_compile_slots(tmp_path, monkeypatch):
-    """A time-bound campaign (no compile tasks: generation never ends): the builds of 3 workers at --compile-share 0.3
-    hold the one slot, one at a time, from the first on; the others evaluate built keys or defer."""
+    """A time-bound campaign (generation never ends: builds only in slots, compile tasks beside generation among them):
+    the builds of 3 workers at --compile-share 0.3 hold the one slot, one at a time, from the first on; the others
+    evaluate built keys or defer. 15 s: on the 2-core CI machine, beside the suite, 8 s gave one build."""
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=None, seconds=8, workers=3,
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=None, seconds=15, workers=3,
                          progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
                          cache_dir=str(tmp_path / "c"), limits={"dtypes": ["float32", "bfloat16"], "tiers": ["small"]})
     rows = [r for r in run_campaign(cfg).rows if r.get("phase") == "generate"]
@@ -219,6 +220,23 @@ def test_a_new_variant_s_build_is_gated_and_outlives_the_example_timeout(tmp_pat
     assert len(per_module) >= 3, "few variants drawn: the test would prove nothing"
     assert max(per_module.values()) == 1, per_module
     assert len(rows) == 24 and not [r["message"] for r in rows if r["verdict"] == "timeout"]
+
+
+def test_every_first_call_of_a_variant_holds_a_slot_deferred_ones_too(tmp_path, monkeypatch):
+    """Builds and loads of variants (a load of one another worker built costs FA4 2-5 s) hold the 2 compile slots of
+    3 workers at --compile-share 0.67, at most 2 at once, also when a waiting case of a built key lands on a worker
+    that lacks its variant: on an H100, FA4's first calls ran 12 at once on average against 5 slots
+    (campaigns/jit-untold-h100-2026-11-26.md). Compile tasks leave one slot to loads. 30 s: 12 s gave one load here."""
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit-variants"], examples=None, seconds=30,
+                         workers=3, progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
+                         cache_dir=str(tmp_path / "c"), compile_share=0.67,
+                         limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]})
+    run_campaign(cfg)
+    firsts = [(a, b) for _, a, b in _builds(tmp_path) + _builds(tmp_path, "loads.log")]
+    assert len(_builds(tmp_path, "loads.log")) >= 2, "fewer than two loads: the test would prove nothing"
+    at_once = max(sum(1 for a2, b2 in firsts if a2 <= a < b2) for a, _ in firsts)  # at each first call's start
+    assert at_once <= 2, sorted(firsts)
 
 
 def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):
