@@ -111,9 +111,6 @@ class CompileClaims:
             os.replace(tmp, marker)
         self._built.add((backend, key))
 
-    def built_keys(self, backend: str) -> set[str]:
-        return built_keys(self.keys_root, backend)
-
     def _slot(self) -> int | None:
         for i in range(self.slots):
             fd = _try_lock(self.slots_root / f"slot-{i}.lock")

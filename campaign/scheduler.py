@@ -235,10 +235,11 @@ class Scheduler:
                 if task.kind == TaskKind.SHRINK:
                     self.shrunk_backends.add(task.backend)
                 return task
+        choices = [b for b in self.backends if b not in self.broken and self._generate_for(b) is not None]
         elsewhere = set().union(*(v for w, v in self.loaded.items() if w != wid))
         # cases whose module exists now: cheap where it is loaded, and owed a row
         # beside generation a first call of their module in this worker takes a compile slot (campaign.worker)
-        beside = self.compile_slots > 0 and not self._generation_over()
+        beside = self.compile_slots > 0 and bool(choices)
         deferred = self._deferred_task(built=True, needs_slot=beside, here=self.loaded[wid], elsewhere=elsewhere,
                                        loads=not (beside and self.slots_busy))
         if deferred is not None:
@@ -252,7 +253,6 @@ class Scheduler:
         active = defaultdict(int)
         for t in self.running.values():
             active[t.backend] += 1
-        choices = [b for b in self.backends if b not in self.broken and self._generate_for(b) is not None]
         if not choices:  # while generation has work, workers build keys where they draw them (campaign.claims)
             deferred = self._deferred_task(built=True) or self._deferred_task(built=False)
             if deferred is not None:
@@ -305,7 +305,8 @@ class Scheduler:
 
     def _generate_for(self, backend: str, create: bool = False, wid: int | None = None) -> Task | None:
         """The next generation task of `backend`: an unfinished shard first (of `wid`'s last slice if
-        any), else a new shard."""
+        any), else a new shard. Without `create` only whether there is one counts: a new shard's focus is left
+        undecided."""
         shards = self.shards[backend]
         mine = self._last_slice_on(backend, wid)
         for j in sorted(shards, key=lambda j: (self.slice_of(backend, j) != mine, j)):
@@ -325,7 +326,7 @@ class Scheduler:
             if p is None:
                 return None
             j = next(j for j in itertools.count(1) if j not in shards and (j - 1) % self.slices[backend] == p)
-        key, tour = self._focus(backend, wid) if j > 0 and self.slices[backend] == 1 else ("", False)
+        key, tour = self._focus(backend, wid) if create and j > 0 and self.slices[backend] == 1 else ("", False)
         if tour:
             size = min(size, TOUR_SIZE)
         if create:

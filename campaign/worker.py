@@ -454,7 +454,7 @@ class Worker:
                 return
             where = {"backend": task.backend, **where}
             case = Case.from_json(text)
-            unit, claim = self._unbuilt(backend, case), None
+            claim = None
             if task.needs_slot:  # beside generation: a first call here (a build or a load) only in a free slot
                 waits_for, claim = self._defers(backend, case, frozenset())
                 if waits_for is not None:  # another process builds it, or every slot is busy: the cases wait again
@@ -462,8 +462,10 @@ class Worker:
                         self.send({"type": "deferred", "key": task.key, "case": text2, "returned": True,
                                    "backend": task.backend, **where2})
                     return
-            elif unit is not None:  # a compile task once generation is over: another's build is waited out
-                claim = self.claims.wait_claim(task.backend, unit, covers=task.key, until=deadline)
+            else:  # once generation is over: another's build of the module is waited out
+                unit = self._unbuilt(backend, case)
+                if unit is not None:
+                    claim = self.claims.wait_claim(task.backend, unit, covers=task.key, until=deadline)
             row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", deferred=True, t=time.time(),
                        example_id=f"{task.backend}/{where['shard']}/{where['index']}", **where)

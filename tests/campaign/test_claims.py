@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from campaign.claims import CompileClaims, compile_slots
+from campaign.claims import CompileClaims, built_keys, compile_slots
 
 KEY = '["bfloat16", 128]'
 
@@ -19,8 +19,8 @@ def test_a_key_is_built_by_one_holder_at_a_time(tmp_path):
     assert b.claim("fa4-varlen", KEY) is None  # it defers instead of building the same module
     assert b.claim("fa4-paged", KEY) is not None  # another backend's key is another module
     held.done(built=True)
-    assert b.is_built("fa4-varlen", KEY) and b.built_keys("fa4-varlen") == {KEY}
-    assert b.built_keys("flashinfer-decode") == set()
+    assert b.is_built("fa4-varlen", KEY) and built_keys(tmp_path / "keys", "fa4-varlen") == {KEY}
+    assert built_keys(tmp_path / "keys", "flashinfer-decode") == set()
 
 
 def test_builds_and_loads_past_the_slots_wait_and_a_failed_build_marks_nothing(tmp_path):
@@ -31,7 +31,7 @@ def test_builds_and_loads_past_the_slots_wait_and_a_failed_build_marks_nothing(t
     assert claims.claim("jit", '["b"]') is None and claims.slot_only() is None  # both slots are busy
     load.done(built=True)  # a load marks nothing
     first.done(built=False)  # a crashed first call builds nothing
-    assert claims.built_keys("jit") == set() and claims.claim("jit", '["b"]') is not None
+    assert built_keys(tmp_path / "keys", "jit") == set() and claims.claim("jit", '["b"]') is not None
 
 
 def test_a_dead_builder_frees_its_key_and_slot(tmp_path):
@@ -90,7 +90,7 @@ def test_a_finer_variant_of_a_built_key_is_a_module_of_its_own(tmp_path):
     assert worker._defers(backend, a, frozenset()) == (None, None)  # its module is in this process
     assert worker._defers(backend, b, frozenset({key_text(key(a))})) == (key_text(key(b)), None)  # waits for a slot
     busy.done(built=False)
-    assert worker.claims.built_keys(backend.name) == {key_text(key(a))}  # markers name the compile key
+    assert built_keys(worker.claims.keys_root, backend.name) == {key_text(key(a))}  # markers name the compile key
 
 
 def test_only_a_first_call_that_returned_marks_its_module_built():
