@@ -99,6 +99,9 @@ class Capabilities:
     fp8_model_dtypes: frozenset[DType] | None = None  # the model dtypes an fp8 cache is read with (None: any)
     dynamic_scales_first_forward: bool = False  # dynamic scales come from the step that stored every key: no context
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
+    # ((head_size, value_size), (start, end)): cases of that size pair come with the query's dimensions [start, end)
+    # 0 (Values.query_zero_dims; an MLA layer's absorbed query spans qk_nope of its latent dimensions)
+    query_zero_dims: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = ()
     # Spellings the call accepts for one semantic, e.g. ("unbounded_window", ("none", "minus_one", "huge")):
     # the fuzzer draws each, so every spelling is tested, not only the adapter's favourite (first: default).
     encodings: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -137,6 +140,9 @@ class Capabilities:
         if self.head_size_pairs is not None and (case.head_size, case.value_size) not in self.head_size_pairs:
             out.append(f"(head_size, value_size)=({case.head_size}, {case.value_size}) (declared: "
                        f"{list(self.head_size_pairs)})")
+        zero = dict(self.query_zero_dims).get((case.head_size, case.value_size))
+        if case.values.query_zero_dims != zero:
+            out.append(f"values.query_zero_dims={case.values.query_zero_dims} (declared for this size pair: {zero})")
         if self.max_kv_heads is not None and case.num_kv_heads > self.max_kv_heads:
             out.append(f"num_kv_heads={case.num_kv_heads} > {self.max_kv_heads}")
         group = case.num_heads // case.num_kv_heads

@@ -38,12 +38,13 @@ def builtin_backends() -> list[Backend]:
     from .vllm_fa4 import vllm_fa4_backends
     from .vllm_layers import vllm_layer_backends
     from .vllm_mla import vllm_mla_backends
+    from .vllm_mla_layer import vllm_mla_layer_backends
     from .xformers_ops import xformers_backends
 
     return [*sdpa_backends(), *aten_backends(), *flex_backends(), NaivePaged(), *fa4_backends(),
             *flashinfer_backends(), *xformers_backends(), *vllm_backends(),
             *vllm_chunked_backends(), *vllm_dcp_backends(), *vllm_fa4_backends(), *vllm_layer_backends(),
-            *vllm_attention_layer_backends(), *vllm_mla_backends()]
+            *vllm_attention_layer_backends(), *vllm_mla_backends(), *vllm_mla_layer_backends()]
 
 
 def mutant_backends() -> list[Backend]:

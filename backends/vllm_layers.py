@@ -24,6 +24,7 @@ FA2 for ALiBi (not staged here) and takes sinks as FA3's bf16 `s_aux`. Needs vLL
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import tempfile
@@ -69,6 +70,39 @@ def _config(num_heads: int, num_kv_heads: int, head_size: int, dtype: str, block
     model = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype, max_model_len=1 << 17)
     return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=block_size, cache_dtype=cache_dtype,
                                                                    calculate_kv_scales=calculate_kv_scales))
+
+
+def token_order(case, order: list[int]) -> torch.Tensor:
+    """The flat token indices of the case's sequences taken in `order` (a reordered batch's query rows)."""
+    starts = case.query_starts
+    return torch.cat([torch.arange(starts[i], starts[i + 1]) for i in order] or [torch.zeros(0, dtype=torch.int64)])
+
+
+def common_metadata(inputs: Inputs, order: list[int] | None = None):
+    """vLLM's CommonAttentionMetadata of the case's batch, its sequences in `order` (None: as drawn; the model
+    runner reorders a batch for backends that split decodes from prefills)."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    case, dev = inputs.case, inputs.device
+    order = list(range(len(case.sequences))) if order is None else order
+    seqs = [case.sequences[i] for i in order]
+    pick = torch.tensor(order, dtype=torch.int64)
+    qsl = torch.tensor([0, *itertools.accumulate(s.query_len for s in seqs)], dtype=torch.int32)
+    seq_lens = inputs.seq_lens.to(torch.int32).cpu()[pick]
+    slots = inputs.slot_mapping[: case.num_tokens]
+    slots = slots[token_order(case, order).to(slots.device)]
+    ranges = None if case.bidirectional_ranges is None else {
+        j: list(case.bidirectional_ranges[i]) for j, i in enumerate(order) if case.bidirectional_ranges[i]}
+    return CommonAttentionMetadata(
+        query_start_loc=qsl.to(dev), query_start_loc_cpu=qsl, seq_lens=seq_lens.to(dev),
+        num_reqs=len(seqs), num_actual_tokens=case.num_tokens,
+        max_query_len=max(case.max_query_len, 1), max_seq_len=max(case.max_kv_len, 1),
+        block_table_tensor=inputs.block_table[pick.to(inputs.block_table.device)].to(dev, torch.int32),
+        slot_mapping=slots.to(dev), causal=True,
+        seq_lens_cpu_upper_bound=seq_lens, _seq_lens_cpu=seq_lens,
+        _num_computed_tokens_cpu=inputs.context_lens.to(torch.int32).cpu()[pick],
+        is_prefilling=torch.tensor([s.query_len > 1 for s in seqs], device=dev),
+        mm_req_doc_ranges=ranges)
 
 
 def _layer(impl, k_scale: float, v_scale: float, dev):
@@ -125,7 +159,6 @@ class LayerBackend(Backend):
         import importlib
 
         from vllm.config import set_current_vllm_config
-        from vllm.v1.attention.backend import CommonAttentionMetadata
         from vllm.v1.attention.backends.utils import set_kv_cache_layout
         from vllm.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
         from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
@@ -156,19 +189,7 @@ class LayerBackend(Backend):
                                      dtype=storage_dtype if kvd != "auto" else case.dtype.torch,
                                      kv_quant_mode=get_kv_quant_mode(kvd), sliding_window=spellings.sliding_window(case))
             builder = backend_cls.get_builder_cls()(spec, [LAYER], cfg, dev)
-            qsl = inputs.query_start_loc.to(torch.int32)
-            seq_lens = inputs.seq_lens.to(torch.int32)
-            common = CommonAttentionMetadata(
-                query_start_loc=qsl.to(dev), query_start_loc_cpu=qsl.cpu(), seq_lens=seq_lens.to(dev),
-                num_reqs=len(case.sequences), num_actual_tokens=case.num_tokens,
-                max_query_len=max(case.max_query_len, 1), max_seq_len=max(case.max_kv_len, 1),
-                block_table_tensor=inputs.block_table.to(dev, torch.int32),
-                slot_mapping=inputs.slot_mapping[: case.num_tokens].to(dev), causal=True,
-                seq_lens_cpu_upper_bound=seq_lens.cpu(), _seq_lens_cpu=seq_lens.cpu(),
-                _num_computed_tokens_cpu=inputs.context_lens.to(torch.int32).cpu(),
-                is_prefilling=torch.tensor([s.query_len > 1 for s in case.sequences], device=dev),
-                mm_req_doc_ranges=None if case.bidirectional_ranges is None else {
-                    i: list(r) for i, r in enumerate(case.bidirectional_ranges) if r})
+            common = common_metadata(inputs)
             prefix = cascade_prefix(case)
             metadata = builder.build(common_prefix_len=prefix, common_attn_metadata=common)
             output, buffer = self._forward(layer, kv_cache, metadata, cfg, inputs)

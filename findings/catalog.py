@@ -217,8 +217,10 @@ VLLM_ROWS = (
     Entry("vllm-decode-mha-bf16-products", D, VLLM, "triton_decode_attention.decode_attention_fwd (MHA path)",
           "q.k is summed from bf16 products (tl.sum(q * k); the grouped path uses tl.dot): all 60 mismatches of "
           "19,509 decode examples were MHA rows, up to 7.8x the limit. The MLA decode (is_mla=True) with one query "
-          "head takes the same path: every one of its mismatches had one head.",
-          ("vllm-triton-decode-mha-bf16-products.json", "vllm-triton-mla-mha-bf16-products.json"),
+          "head takes the same path: every one of its mismatches had one head, and so did all 32 decode mismatches of "
+          "TRITON_MLA under vLLM's MLA layer (8 with an fp8 cache; vllm/mla-layer-h200-2026-11-26.md).",
+          ("vllm-triton-decode-mha-bf16-products.json", "vllm-triton-mla-mha-bf16-products.json",
+           "vllm-layer-triton-mla-mha-bf16-products.json", "vllm-layer-triton-mla-mha-fp8.json"),
           "campaigns/flashinfer-alibi-softcap-10k-h100-2026-11-24.md"),
     Entry("vllm-flashmla-fp8-zero-keys", D, VLLM, "v1/attention/ops/flashmla.flash_mla_with_kvcache_fp8 (FLASHMLA, fp8)",
           "A sequence with 0 cached keys (vLLM pads CUDA-graph batches so) makes an illegal memory access, or when it "

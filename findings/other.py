@@ -10,6 +10,7 @@ from .model import FLASHINFER, TORCH_CPU, TORCH_CUDA, VLLM, XFORMERS, Entry, Kin
 C, L, O = Kind.CONVENTION, Kind.LIMITATION, Kind.OPEN
 PROBES = "probes/h100-2026-11-22.txt"
 REACH = "reach/spellings-raw-regions-h100-2026-11-25.md"
+MLA_LAYER = "vllm/mla-layer-h200-2026-11-26.md"
 
 CONVENTIONS = (
     Entry("lse-base", C, f"{FLASHINFER}; {TORCH_CUDA}", "every API that returns an LSE",
@@ -99,6 +100,19 @@ OPEN = (
           "probabilities are rounded to e4m3. 41 of 152 rows 1.0-3.4x the fp8 limit; not yet separated from that "
           "rounding, which the tolerance rule does not model.",
           ("vllm-layer-triton-fp8-query-p-rounding.json",), REACH),
+    Entry("vllm-mla-chunked-context-merges", O, VLLM,
+          "MLAAttention.forward_mha (TRITON_MLA, FA3 prefill), chunked context",
+          "A prefill over a 16,380-key context in a 128-token workspace (128 chunks) merges each chunk into 16-bit "
+          "partial states (merge_attn_states into the model dtype): 2 of 10,917 batches with prefills 1.0-1.2x the "
+          "limit (the shrunk case 1.7x), both with such a context; not yet separated from that rounding, which the "
+          "tolerance rule (one attention) does not model.",
+          ("vllm-layer-triton-mla-chunked-context-merges.json",), MLA_LAYER, device="H200"),
+    Entry("vllm-layer-dynamic-scales", O, VLLM, "Attention layer -> TRITON_ATTN, calc_kv_scales, fp8 cache and query",
+          "208 of 391 dynamic-scale rows mismatched (1.5-63x), 76 of 157 with a single key, against 10 of 68 static-"
+          "scale single-key rows. tools/probe-layer-scales.py on a one-token case: the layer's q / k / v scales equal "
+          "the oracle's in float32 and head 0's first outputs agree to bf16 rounding; the worst element, 0.25 (one "
+          "e4m3 step at codes 64-128 times the scale), is not yet located.",
+          ("vllm-layer-triton-dynamic-scales-one-token.json",), MLA_LAYER, device="H200"),
     Entry("vllm-flashmla-fp8-long-queries", O, VLLM, "flash_mla_with_kvcache_fp8, 127-129 queries per sequence",
           "bfloat16, fp8 cache, large values at the tile edges: output up to 7.7x the limit and LSE off by up to "
           "6.7; the float16 rows of the same shape reached 58x. Not yet separated from the fp8 path's own rounding "
@@ -135,6 +149,13 @@ OPEN = (
 )
 
 HARNESS = (
+    Entry("vllm-mla-layer-runner-order", Kind.HARNESS, VLLM, "attnref's vllm-layer-triton-mla (batch order)",
+          "The adapter ordered a batch decodes first and the rest as drawn; vLLM's runner puts prefills with context "
+          "before those without (reorder_batch_to_split_decodes_and_prefills), and the MLA builder merges the chunked "
+          "context into the first prefill_tokens_with_context tokens only: 2,797 of 24,623 batches with prefills "
+          "mismatched, 8-280x the limit, each with a prefill with context after one without. Fixed in attnref "
+          "(runner_order, tests/backends/test_vllm_mla_layer.py); the case stays as a regression case.",
+          ("vllm-layer-triton-mla-runner-order.json",), MLA_LAYER, device="H200", status="fixed in attnref"),
     Entry("vllm-layer-calc-kv-scales-not-asked", Kind.HARNESS, VLLM, "attnref's vllm-layer-triton (calc_kv_scales)",
           "The adapter's VllmConfig did not ask for calculate_kv_scales, so vLLM's layer kept scale 1 while the oracle "
           "used amax / range: 22 of 22 dynamic-scale rows failed, a one-key row 5x. Fixed in attnref (cache_settings, "

@@ -565,7 +565,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     if distribution != ValueDistribution.EDGE and max_kv > 32:
         gain = 8.0 if max_kv <= EDGE_ABOVE_KEYS else 32.0
     values = Values(distribution=distribution, logit_scale=logit_scale,
-                    outliers_at_edge=distribution == ValueDistribution.OUTLIERS, edge_value_gain=gain)
+                    outliers_at_edge=distribution == ValueDistribution.OUTLIERS, edge_value_gain=gain,
+                    query_zero_dims=dict(caps.query_zero_dims).get((head_size, value_size)))
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
     scale = draw(pick(scales)) if draw(st.integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
     encodings = tuple((name, draw(pick(spellings))) for name, spellings in caps.encodings)

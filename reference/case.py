@@ -233,6 +233,10 @@ class Values:
     # each sequence's last value times this (drawn since 2026-11-24; 1.0 keeps saved cases' tensors): the key a
     # one-key mask shift of a decode row moves, made to show without changing where the softmax puts its weight
     edge_value_gain: float = 1.0
+    # (start, end): the query's dimensions [start, end) are 0 in every head. An MLA layer absorbs its query as
+    # q_nope W_UK, which spans qk_nope of the kv_lora_rank latent dimensions: the rest of the absorbed query is 0
+    # (backends/mla_projections.py). None (the default) draws every dimension.
+    query_zero_dims: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -560,6 +564,11 @@ def validate(case: Case) -> None:
              f"(got {case.values.distribution.value})")
     _require(case.values.edge_value_gain > 0 and math.isfinite(case.values.edge_value_gain),
              f"Case.values.edge_value_gain={case.values.edge_value_gain!r}: must be a finite number > 0")
+    zero = case.values.query_zero_dims
+    _require(zero is None or (len(zero) == 2 and all(isinstance(x, int) for x in zero)
+                              and 0 <= zero[0] < zero[1] <= case.head_size),
+             f"Case.values.query_zero_dims={zero!r}: None or (start, end) with 0 <= start < end <= "
+             f"head_size={case.head_size}")
     _require(isinstance(case.seed, int) and 0 <= case.seed < 2**63,
              f"Case.seed={case.seed!r}: must be an integer in [0, 2**63)")
 

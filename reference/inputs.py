@@ -170,6 +170,9 @@ def _draw_queries(case: Case, gen: torch.Generator) -> Tensor:
         starts = [0, *itertools.accumulate(case.query_lens)]
         for i, n in enumerate(case.kv_lens):
             q[starts[i]:starts[i + 1]] += edge_amplitude(case, n) * u
+    if case.values.query_zero_dims is not None:  # drawn above all the same: the other dimensions keep their values
+        start, end = case.values.query_zero_dims
+        q[..., start:end] = 0
     return q
 
 

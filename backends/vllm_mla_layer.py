@@ -1,0 +1,207 @@
+"""vLLM's MLA backends driven whole under its own `MLAAttention` layer (vllm 0.26.0,
+`model_executor/layers/attention/mla_attention.py`).
+
+| backend | what runs |
+|---|---|
+| `vllm-layer-triton-mla` | `MLAAttention(..., attn_backend=TritonMLABackend)` built under a one-layer DeepSeek-V2 config: `process_weights_after_loading` (W_UK_T, W_UV from kv_b_proj), the layer's forward: `concat_and_cache_mla` through `unified_mla_kv_cache_update`, then `forward_impl`: decodes absorbed (`bmm(q_nope, W_UK_T)`, TRITON_MLA's `forward_mqa`, `W_UV`), prefills expanded through the MLA prefill backend (FA3 on sm90) with the cached context gathered chunk by chunk (`gather_and_maybe_dequant_cache`, `kv_b_proj`) and merged by LSE |
+
+The case is the absorbed one attnref judges (reference/mla.py): one latent head, key [c, k_pe] (head_size =
+kv_lora_rank + rope). The layer gets the non-absorbed query and a kv_b_proj whose W_UK / W_UV are signed
+injections into the latent's first qk_nope / v_head dimensions (backends/mla_projections.py), under which its
+decode and its prefill compute the case exactly, and the case is one such a layer can compute: its value is
+the latent's first v_head dimensions (value_size = v_head) and its absorbed query is 0 past the first
+qk_nope (`Values.query_zero_dims`). The output is gathered back out of the layer's v_head columns.
+
+vLLM's MLA metadata takes a latent + rope of 576 or 320 (`MLACommonBackend.get_supported_head_sizes`) and
+its prefill backend three (qk_nope, rope, v_head) shapes (`prefill/flash_attn.py` `supports_mla_dimensions`:
+DeepSeek's 128 / 64 / 128, GLM's 192 / 64 / 256, Mistral S4's 64 / 64 / 128); `MLA_SHAPES` pairs them.
+
+The batch is reordered as the model runner reorders it for a builder that splits decodes from prefills
+(`runner_order`; `reorder_batch_threshold`: 1 for TRITON_MLA), and the output is put back in the case's order.
+The cached context is the oracle's write, which equals `concat_and_cache_mla`'s bit for bit (18,889 examples
+of vllm-mla-writes-cache, benchmarks/results/vllm/mla-h100-2026-11-25.md); the layer writes the new tokens
+itself and the written cache is compared with the oracle's, bit for bit. `kv_b_proj` is a plain linear
+layer holding the weights (a checkpoint's unquantized ColumnParallelLinear computes the same product).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from functools import lru_cache
+
+import torch
+
+from reference.case import AttentionType, CausalAlignment, KVCacheDType, KVLayout
+from reference.inputs import Inputs
+
+from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason
+from .mla_projections import exact_projections
+from .vllm import F16
+from .vllm_attention_layer import _load_scales
+from .vllm_layers import KV_DTYPE_STRINGS, LAYER, common_metadata, token_order
+
+# (head_size, value_size) of the case -> (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
+MLA_SHAPES = {(576, 128): (512, 128, 64, 128),  # DeepSeek V2 / V3
+              (576, 256): (512, 192, 64, 256),  # GLM's prefill shape
+              (320, 128): (256, 128, 64, 128),  # a 256-wide latent, DeepSeek's heads
+              (320, 256): (256, 192, 64, 256)}
+# Mistral S4's (64, 64, 128) has DeepSeek's size pair with a narrower nope: one shape per pair keeps the query's zero
+# dimensions a function of the pair (Capabilities.query_zero_dims)
+ZERO_DIMS = tuple((pair, (nope, rank)) for pair, (rank, nope, _, _) in MLA_SHAPES.items())
+# context_workspace: "vllm", the workspace of this config (64K tokens: the context in one chunk); "small", that of a
+# config with max_model_len 16 and max_num_seqs 1 (determine_chunked_prefill_workspace_size: 8 x 16 = 128 tokens,
+# 4 pages at block size 64): the context gathered in several chunks, merged by LSE
+WORKSPACES = {"vllm": (1 << 17, 256), "small": (16, 1)}  # (max_model_len, max_num_seqs)
+
+
+class _Linear(torch.nn.Module):
+    """kv_b_proj as MLAAttention calls it: `(x W^T, None)`, unquantized (quant_method None)."""
+
+    quant_method = None
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+    def forward(self, x: torch.Tensor):
+        return torch.nn.functional.linear(x, self.weight), None
+
+
+@lru_cache(maxsize=32)
+def _config(num_heads: int, shape: tuple[int, int, int, int], dtype: str, block_size: int, cache_dtype: str,
+            workspace: str):
+    """A VllmConfig for a one-layer DeepSeek-V2 with the case's heads and MLA shape (nothing downloaded)."""
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+
+    rank, nope, rope, v_head = shape
+    max_model_len, max_num_seqs = WORKSPACES[workspace]
+    folder = tempfile.mkdtemp(prefix="attnref-vllm-mla-")
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "num_hidden_layers": 1,
+                   "hidden_size": 64 * num_heads, "num_attention_heads": num_heads, "num_key_value_heads": num_heads,
+                   "kv_lora_rank": rank, "q_lora_rank": None, "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
+                   "v_head_dim": v_head, "intermediate_size": 64,
+                   "vocab_size": 256, "max_position_embeddings": 1 << 17,
+                   "torch_dtype": dtype}, f)
+    model = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype,
+                        max_model_len=max_model_len)
+    scheduler = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max(max_model_len, 2048),
+                                max_model_len=max_model_len, is_encoder_decoder=False)
+    return VllmConfig(model_config=model, scheduler_config=scheduler,
+                      cache_config=CacheConfig(block_size=block_size, cache_dtype=cache_dtype))
+
+
+def runner_order(case, threshold: int) -> list[int]:
+    """The sequence order vLLM's model runner hands a builder that splits decodes from prefills
+    (`reorder_batch_to_split_decodes_and_prefills`): requests with context and at most `threshold` new tokens
+    (decodes), then those with context and more (extends), then those without context (first chunks), each group
+    in the case's order. The MLA builder counts on it: the chunked context's merge covers the first
+    `prefill_tokens_with_context` prefill tokens only (`build_mla_chunked_context_metadata`)."""
+    def region(s) -> int:
+        return 2 if s.context_len == 0 else 0 if s.query_len <= threshold else 1
+
+    return sorted(range(len(case.sequences)), key=lambda i: region(case.sequences[i]))
+
+
+class MLALayerBackend(Backend):
+    """One vLLM MLA backend class, driven through its own MLAAttention layer."""
+
+    library = "vllm"
+    module = "vllm.model_executor.layers.attention.mla_attention"
+
+    def __init__(self, name: str, backend_module: str, cls: str, threshold: int, caps: Capabilities,
+                 description: str) -> None:
+        self.name, self.backend_module, self.cls, self.threshold = name, backend_module, cls, threshold
+        self.caps, self.description = caps, description
+
+    def availability(self) -> str | None:
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None and importlib.util.find_spec("vllm") is not None:
+            return "vLLM's config code needs transformers (stage .whl/vdeps: tools/stage-vllm.sh)"
+        return cuda_library_reason(self.backend_module, "vllm")
+
+    def not_supported_reasons(self, case) -> list[str]:
+        reasons = super().not_supported_reasons(case)
+        if case.kv_cache_dtype.is_fp8 and any(s.query_len > self.threshold for s in case.sequences):
+            reasons.append("an fp8 cache with a prefill: vLLM's MLA prefill attends the new tokens' latents as given "
+                           "and the cached context dequantized, a mixed precision the Case does not describe")
+        return reasons
+
+    def run(self, inputs: Inputs) -> Actual:
+        import importlib
+
+        from vllm.config import set_current_vllm_config
+        from vllm.forward_context import set_forward_context
+        from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+        from vllm.utils.torch_utils import set_default_torch_dtype
+        from vllm.v1.kv_cache_interface import MLAAttentionSpec, get_kv_quant_mode
+
+        case, dev = inputs.case, inputs.device
+        shape = MLA_SHAPES[(case.head_size, case.value_size)]
+        rank, nope, rope, v_head = shape
+        heads, dtype = case.num_heads, case.dtype.torch
+        kvd = KV_DTYPE_STRINGS[case.kv_cache_dtype]
+        backend_cls = getattr(importlib.import_module(self.backend_module), self.cls)
+        cfg = _config(heads, shape, case.dtype.value, case.cache.block_size, kvd,
+                      case.encoding("context_workspace", "vllm"))
+        proj = exact_projections(heads, nope, v_head, case.seed)
+        order = runner_order(case, self.threshold)
+        tokens = token_order(case, order).to(dev)
+        n, pad = case.num_tokens, inputs.key.shape[0] - case.num_tokens
+        weight = proj.kv_b_proj_weight(rank, dtype).to(dev)
+        with set_current_vllm_config(cfg):
+            cfg.compilation_config.static_forward_context.pop(LAYER, None)  # the config is cached per shape
+            with torch.device(dev), set_default_torch_dtype(dtype):  # as model loading builds layers
+                layer = MLAAttention(num_heads=heads, scale=case.softmax_scale, qk_nope_head_dim=nope,
+                                     qk_rope_head_dim=rope, v_head_dim=v_head, q_lora_rank=None, kv_lora_rank=rank,
+                                     kv_b_proj=_Linear(weight),
+                                     cache_config=cfg.cache_config, prefix=LAYER, attn_backend=backend_cls)
+            layer.process_weights_after_loading(dtype)
+            scale = float(inputs.cache.k_scale[0])
+            _load_scales(layer, scale, scale, 1.0)
+            layer.impl.dcp_world_size = 1  # vLLM reads it from the DCP group of a one-GPU run
+            cache = inputs.cache_before_write.clone()
+            layer.kv_cache = cache.paged.tensors[0]  # [blocks, block_size, rank + rope]: bind_kv_cache
+            cfg.cache_config.num_gpu_blocks = cache.paged.num_blocks
+            spec = MLAAttentionSpec(block_size=case.cache.block_size, num_kv_heads=1, head_size=case.head_size,
+                                    dtype=layer.kv_cache.dtype if kvd != "auto" else dtype, cache_dtype_str=kvd,
+                                    kv_quant_mode=get_kv_quant_mode(kvd))
+            builder = backend_cls.get_builder_cls()(spec, [LAYER], cfg, dev)
+            metadata = builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(inputs, order))
+            # this step's tokens in the reordered batch, then the padding slots (-1) as the runner pads them
+            q_latent = torch.cat([inputs.query[tokens], inputs.query.new_zeros(pad, heads, case.head_size)])
+            q = torch.cat([proj.uk.spread(q_latent[..., :nope]), q_latent[..., rank:]], dim=-1)
+            new = torch.cat([inputs.key[:n][tokens], inputs.key[n:]])[:, 0]  # [tokens + pad, rank + rope]
+            slots = torch.cat([inputs.slot_mapping[:n].to(dev)[tokens], inputs.slot_mapping[n:].to(dev)])
+            with set_forward_context({LAYER: metadata}, cfg, slot_mapping={LAYER: slots}):
+                out = layer(q.contiguous(), new[:, :rank].contiguous(), new[:, None, rank:].contiguous(),
+                            output_shape=torch.Size([n + pad, heads * v_head]))
+        latent = proj.uv.gather(out[:n].view(n, heads, v_head))
+        output = torch.empty_like(latent)
+        output[tokens] = latent
+        return Actual(output=output, written_cache=cache)
+
+
+_CAPS = Capabilities(
+    devices=frozenset({"cuda"}), dtypes=F16, head_sizes=tuple(sorted({h for h, _ in MLA_SHAPES})),
+    head_size_pairs=tuple(MLA_SHAPES), query_zero_dims=ZERO_DIMS, max_kv_heads=1, attn_types=frozenset({AttentionType.DECODER}),
+    features=frozenset({Feature.MQA, Feature.CONTEXT, Feature.HEAD_SIZE_V}),
+    kv_layouts=frozenset({KVLayout.MLA_LATENT}), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}),
+    block_sizes=(16, 32, 64), lse_base=None, requires_cache=True, reads_paged_cache=True, writes_cache=True,
+    min_query_len=1, causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
+    encodings=(("context_workspace", tuple(WORKSPACES)),))
+
+
+def vllm_mla_layer_backends() -> list[Backend]:
+    # TRITON_MLA: TritonMLABackend.supported_dtypes, supported_kv_cache_dtypes (fp8 = e4m3 with one scale, its
+    # decode kernel dequantizes; the query stays 16-bit), any head size (get_supported_head_sizes() is empty),
+    # kernel block sizes MultipleOf(16); its builder is SINGLE_ONLY: one-token queries decode, the rest prefill
+    triton = MLALayerBackend(
+        "vllm-layer-triton-mla", "vllm.v1.attention.backends.mla.triton_mla", "TritonMLABackend", 1, _CAPS,
+        "vLLM TRITON_MLA under its MLAAttention layer: concat_and_cache_mla, absorbed decode (Triton split-KV), "
+        "expanded prefill (FA3) over chunked context, merged by LSE")
+    triton.compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton specializes on Lk, Lv, cache dtype
+    return [triton]
+

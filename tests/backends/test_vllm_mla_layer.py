@@ -1,0 +1,83 @@
+"""vLLM's MLA layer driven whole (backends/vllm_mla_layer.py), checked without vLLM: the batch order the model
+runner hands the MLA builder, and the region the backend declares (the layer's MLA shapes, the query's zero
+dimensions an exact up-projection needs, fp8 caches only where every query decodes)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from backends.registry import get
+from backends.vllm_layers import token_order
+from backends.vllm_mla_layer import MLA_SHAPES, runner_order
+from fuzz.strategies import Limits
+from reference.case import CacheSpec, Case, CaseError, DType, KVCacheDType, KVLayout, Quant, SequenceSpec, Values
+from reference.inputs import materialize
+from tests.repro_scripts import drawn_cases
+
+SEQS = st.lists(st.builds(SequenceSpec, query_len=st.integers(1, 5), context_len=st.sampled_from([0, 0, 3, 17])),
+                min_size=1, max_size=6)
+
+
+@given(seqs=SEQS, threshold=st.sampled_from([1, 4]))
+def test_the_runner_order_puts_decodes_then_extends_then_first_chunks(seqs, threshold):
+    """reorder_batch_to_split_decodes_and_prefills: the MLA builder merges the chunked context into the first
+    prefill_tokens_with_context prefill tokens only, so every prefill with context must come before those
+    without (the first H200 run, which kept the case's order after the decodes, mismatched 2,797 of 24,623
+    batches with prefills, each holding a prefill with context after one without)."""
+    case = Case(sequences=tuple(seqs), num_heads=2, num_kv_heads=1)
+    order = runner_order(case, threshold)
+    assert sorted(order) == list(range(len(seqs)))
+    region = [2 if seqs[i].context_len == 0 else 0 if seqs[i].query_len <= threshold else 1 for i in order]
+    assert region == sorted(region)
+    for r in range(3):  # the case's order within a region
+        members = [i for i, g in zip(order, region) if g == r]
+        assert members == sorted(members)
+    tokens = token_order(case, order)
+    assert sorted(tokens.tolist()) == list(range(case.num_tokens))
+    starts = case.query_starts
+    assert tokens.tolist() == [t for i in order for t in range(starts[i], starts[i + 1])]
+
+
+def _case(pair=(576, 128), zero=(128, 512), kv=KVCacheDType.AUTO, seqs=(SequenceSpec(query_len=1, context_len=5),)):
+    q_scale = 1.0 if kv.is_fp8 else None
+    return Case(sequences=seqs, num_heads=2, num_kv_heads=1, head_size=pair[0], head_size_v=pair[1],
+                dtype=DType.BFLOAT16, values=Values(query_zero_dims=zero),
+                cache=CacheSpec(layout=KVLayout.MLA_LATENT, block_size=16, quant=Quant(kv, q_fp8_scale=q_scale)))
+
+
+def test_the_declaration_asks_for_the_zero_dimensions_of_the_layer_s_shape():
+    backend = get("vllm-layer-triton-mla")
+    for (head, value), (rank, nope, rope, v_head) in MLA_SHAPES.items():
+        assert head == rank + rope and value == v_head
+        assert not backend.not_supported_reasons(_case((head, value), (nope, rank)))
+    assert any("query_zero_dims" in r for r in backend.not_supported_reasons(_case(zero=None)))
+    assert any("query_zero_dims" in r for r in backend.not_supported_reasons(_case(zero=(64, 512))))
+    prefill = (SequenceSpec(query_len=3, context_len=5),)
+    assert not backend.not_supported_reasons(_case(seqs=prefill))
+    assert any("mixed precision" in r for r in backend.not_supported_reasons(
+        _case(kv=KVCacheDType.FP8_E4M3, seqs=prefill)))
+    assert not [r for r in backend.not_supported_reasons(_case(kv=KVCacheDType.FP8_E4M3)) if "mixed" in r]
+
+
+def test_drawn_cases_carry_the_zero_dimensions_and_their_queries_are_zero_there():
+    backend = get("vllm-layer-triton-mla")
+    drawn = drawn_cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), 60)
+    assert {(c.head_size, c.value_size) for c in drawn} == set(MLA_SHAPES)
+    for case in drawn[:12]:
+        reasons = backend.not_supported_reasons(case)
+        assert not reasons or all("mixed precision" in r for r in reasons)
+        start, end = case.values.query_zero_dims
+        q = materialize(case).query
+        assert torch.count_nonzero(q[..., start:end]) == 0 and torch.count_nonzero(q[..., :start]) > 0
+
+
+def test_query_zero_dims_are_checked_and_leave_the_other_draws_alone():
+    case = _case()
+    assert Case.from_json(case.to_json()) == case
+    drawn = materialize(case.replace(values=Values())).query
+    zeroed = materialize(case).query
+    assert torch.equal(zeroed[..., :128], drawn[..., :128]) and torch.equal(zeroed[..., 512:], drawn[..., 512:])
+    for bad in ((0, 0), (5, 600), (-1, 3)):
+        with pytest.raises(CaseError, match="query_zero_dims"):
+            _case(zero=bad)
