@@ -4,10 +4,12 @@
 | backend | what runs |
 |---|---|
 | `vllm-layer-triton-mla` | `MLAAttention(..., attn_backend=TritonMLABackend)` built under a one-layer DeepSeek-V2 config: `process_weights_after_loading` (W_UK_T, W_UV from kv_b_proj), the layer's forward: `concat_and_cache_mla` through `unified_mla_kv_cache_update`, then `forward_impl`: decodes absorbed (`bmm(q_nope, W_UK_T)`, TRITON_MLA's `forward_mqa`, `W_UV`), prefills expanded through the MLA prefill backend (FA3 on sm90) with the cached context gathered chunk by chunk (`gather_and_maybe_dequant_cache`, `kv_b_proj`) and merged by LSE |
+| `vllm-layer-flashmla` | the same with FLASHMLA: 576 only, block size 64, its builder's tile scheduler metadata, uniform decode batches of up to 128 queries, fp8 e4m3 with the layer's fp8 query (bfloat16 models) |
+| `vllm-layer-flash-attn-mla` | the same with FLASH_ATTN_MLA: 576 only, FA3 with q_v and the builder's AOT scheduler metadata, varlen decode batches of up to 512 queries, 16-bit caches |
 
 The case is the absorbed one attnref judges (reference/mla.py): one latent head, key [c, k_pe] (head_size =
 kv_lora_rank + rope). The layer gets the non-absorbed query and a kv_b_proj whose W_UK / W_UV are signed
-injections into the latent's first qk_nope / v_head dimensions (backends/mla_projections.py), under which its
+permutations of the latent's first qk_nope / v_head dimensions (backends/mla_projections.py), under which its
 decode and its prefill compute the case exactly, and the case is one such a layer can compute: its value is
 the latent's first v_head dimensions (value_size = v_head) and its absorbed query is 0 past the first
 qk_nope (`Values.query_zero_dims`). The output is gathered back out of the layer's v_head columns.
@@ -17,7 +19,8 @@ its prefill backend three (qk_nope, rope, v_head) shapes (`prefill/flash_attn.py
 DeepSeek's 128 / 64 / 128, GLM's 192 / 64 / 256, Mistral S4's 64 / 64 / 128); `MLA_SHAPES` pairs them.
 
 The batch is reordered as the model runner reorders it for a builder that splits decodes from prefills
-(`runner_order`; `reorder_batch_threshold`: 1 for TRITON_MLA), and the output is put back in the case's order.
+(`runner_order`; `reorder_batch_threshold`: 1 for TRITON_MLA, 128 for FLASHMLA, 512 for FLASH_ATTN_MLA), and the
+output is put back in the case's order.
 The cached context is the oracle's write, which equals `concat_and_cache_mla`'s bit for bit (18,889 examples
 of vllm-mla-writes-cache, benchmarks/results/vllm/mla-h100-2026-11-25.md); the layer writes the new tokens
 itself and the written cache is compared with the oracle's, bit for bit. `kv_b_proj` is a plain linear
@@ -28,11 +31,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import replace
 from functools import lru_cache
 
 import torch
 
-from reference.case import AttentionType, CausalAlignment, KVCacheDType, KVLayout
+from reference.case import AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason
@@ -104,16 +108,28 @@ def runner_order(case, threshold: int) -> list[int]:
     return sorted(range(len(case.sequences)), key=lambda i: region(case.sequences[i]))
 
 
+def all_decode(case, threshold: int, uniform: bool) -> bool:
+    """Whether the MLA builder sends every sequence of the runner-ordered batch down the decode path
+    (`split_decodes_and_prefills`: queries of at most `threshold` tokens, all of one length where the backend's
+    decode takes uniform batches only)."""
+    lens = [case.sequences[i].query_len for i in runner_order(case, threshold)]
+    if uniform:
+        return lens[0] <= threshold and all(n in (lens[0], 0) for n in lens)
+    return max(lens) <= threshold
+
+
 class MLALayerBackend(Backend):
     """One vLLM MLA backend class, driven through its own MLAAttention layer."""
 
     library = "vllm"
     module = "vllm.model_executor.layers.attention.mla_attention"
 
-    def __init__(self, name: str, backend_module: str, cls: str, threshold: int, caps: Capabilities,
-                 description: str) -> None:
-        self.name, self.backend_module, self.cls, self.threshold = name, backend_module, cls, threshold
-        self.caps, self.description = caps, description
+    def __init__(self, name: str, backend_module: str, cls: str, caps: Capabilities, description: str, *,
+                 threshold: int, uniform: bool = False) -> None:
+        """`threshold`, `uniform`: the builder's reorder_batch_threshold and whether its decode takes only batches
+        of one query length (QueryLenSupport.UNIFORM)."""
+        self.name, self.backend_module, self.cls, self.caps, self.description = name, backend_module, cls, caps, description
+        self.threshold, self.uniform = threshold, uniform
 
     def availability(self) -> str | None:
         import importlib.util
@@ -124,7 +140,7 @@ class MLALayerBackend(Backend):
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
-        if case.kv_cache_dtype.is_fp8 and any(s.query_len > self.threshold for s in case.sequences):
+        if case.kv_cache_dtype.is_fp8 and not all_decode(case, self.threshold, self.uniform):
             reasons.append("an fp8 cache with a prefill: vLLM's MLA prefill attends the new tokens' latents as given "
                            "and the cached context dequantized, a mixed precision the Case does not describe")
         return reasons
@@ -159,8 +175,8 @@ class MLALayerBackend(Backend):
                                      kv_b_proj=_Linear(weight),
                                      cache_config=cfg.cache_config, prefix=LAYER, attn_backend=backend_cls)
             layer.process_weights_after_loading(dtype)
-            scale = float(inputs.cache.k_scale[0])
-            _load_scales(layer, scale, scale, 1.0)
+            scale, q_scale = float(inputs.cache.k_scale[0]), case.cache.quant.q_fp8_scale
+            _load_scales(layer, scale, scale, 1.0 if q_scale is None else q_scale)  # the layer quantizes an fp8 query
             layer.impl.dcp_world_size = 1  # vLLM reads it from the DCP group of a one-GPU run
             cache = inputs.cache_before_write.clone()
             layer.kv_cache = cache.paged.tensors[0]  # [blocks, block_size, rank + rope]: bind_kv_cache
@@ -199,9 +215,27 @@ def vllm_mla_layer_backends() -> list[Backend]:
     # decode kernel dequantizes; the query stays 16-bit), any head size (get_supported_head_sizes() is empty),
     # kernel block sizes MultipleOf(16); its builder is SINGLE_ONLY: one-token queries decode, the rest prefill
     triton = MLALayerBackend(
-        "vllm-layer-triton-mla", "vllm.v1.attention.backends.mla.triton_mla", "TritonMLABackend", 1, _CAPS,
+        "vllm-layer-triton-mla", "vllm.v1.attention.backends.mla.triton_mla", "TritonMLABackend", _CAPS,
         "vLLM TRITON_MLA under its MLAAttention layer: concat_and_cache_mla, absorbed decode (Triton split-KV), "
-        "expanded prefill (FA3) over chunked context, merged by LSE")
+        "expanded prefill (FA3) over chunked context, merged by LSE", threshold=1)
     triton.compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton specializes on Lk, Lv, cache dtype
-    return [triton]
-
+    # FLASHMLA: kv_lora_rank 512 only (FlashMLA's 576 / 512), kernel block size 64, fp8 e4m3 with the layer's fp8
+    # query (supports_quant_query_input) and bfloat16 output (benchmarks/results/vllm/mla-h100-2026-11-25.md); its
+    # builder decodes uniform batches of up to 128 queries (QueryLenSupport.UNIFORM, reorder_batch_threshold 128)
+    wide = tuple(pair for pair in MLA_SHAPES if pair[0] == 576)
+    flashmla = MLALayerBackend(
+        "vllm-layer-flashmla", "vllm.v1.attention.backends.mla.flashmla", "FlashMLABackend",
+        replace(_CAPS, head_sizes=(576,), head_size_pairs=wide, block_sizes=(64,),
+                features=_CAPS.features | {Feature.Q_FP8}, fp8_query_only=True,
+                fp8_model_dtypes=frozenset({DType.BFLOAT16})),
+        "vLLM FLASHMLA under its MLAAttention layer: concat_and_cache_mla, absorbed decode (FlashMLA, its tile "
+        "scheduler; fp8 with the layer's fp8 query), expanded prefill (FA3) over chunked context", threshold=128,
+        uniform=True)
+    # FLASH_ATTN_MLA: 16-bit caches only ("FP8 FlashAttention MLA not yet supported"), 576 / 512, MultipleOf(16);
+    # its builder decodes varlen batches of up to 512 queries (QueryLenSupport.VARLEN, threshold 512)
+    fa3 = MLALayerBackend(
+        "vllm-layer-flash-attn-mla", "vllm.v1.attention.backends.mla.flashattn_mla", "FlashAttnMLABackend",
+        replace(_CAPS, head_sizes=(576,), head_size_pairs=wide, kv_cache_dtypes=frozenset({KVCacheDType.AUTO})),
+        "vLLM FLASH_ATTN_MLA under its MLAAttention layer: concat_and_cache_mla, absorbed decode (FA3 with q_v, its "
+        "AOT scheduler metadata), expanded prefill (FA3) over chunked context", threshold=512)
+    return [triton, flashmla, fa3]

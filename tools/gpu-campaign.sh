@@ -120,9 +120,9 @@ for g in $PARTS; do
         > "$OUT/repro-dcp.txt" 2>&1; echo "exit $?" >> "$OUT/repro-dcp.txt" ;;
     vllmwhole)  # vLLM's backends driven whole (builder + impl): its config code from /tmp/vdeps
       run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMWHOLE:-180}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" "${VLLMWHOLE_RE:-^vllm-backend-}") ;;
-    vllmmlalayer)  # vLLM's own MLAAttention layer driven whole (TRITON_MLA): its config code from /tmp/vdeps, then the
-      # dynamic-scale probe of the Attention layer (tools/probe-layer-scales.py)
-      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMMLALAYER:-300}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" "${VLLMMLALAYER_RE:-^vllm-layer-triton-mla$}")
+    vllmmlalayer)  # vLLM's own MLAAttention layer driven whole (TRITON_MLA, FLASHMLA, FLASH_ATTN_MLA), its config
+      # code from /tmp/vdeps; then the dynamic-scale probe of the Attention layer (tools/probe-layer-scales.py)
+      run "${PYTHONPATH:-}:/tmp/vdeps" "${TIME_VLLMMLALAYER:-300}" $(avail "${PYTHONPATH:-}:/tmp/vdeps" "${VLLMMLALAYER_RE:-^vllm-layer-(triton-mla|flashmla|flash-attn-mla)$}")
       PYTHONPATH=$BASE:${PYTHONPATH:-}:/tmp/vdeps timeout 200 python3 tools/probe-layer-scales.py \
         benchmarks/results/cases/vllm-layer-triton-dynamic-scales-one-token.json > "$OUT/probe-layer-scales.txt" 2>&1 ;;
     vllmmla)  # vLLM's MLA decode kernels over the latent cache (tools/stage-vllm.sh first), then the API facts

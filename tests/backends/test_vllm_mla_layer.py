@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 from backends.registry import get
 from backends.vllm_layers import token_order
-from backends.vllm_mla_layer import MLA_SHAPES, runner_order
+from backends.vllm_mla_layer import MLA_SHAPES, all_decode, runner_order
 from fuzz.strategies import Limits
 from reference.case import CacheSpec, Case, CaseError, DType, KVCacheDType, KVLayout, Quant, SequenceSpec, Values
 from reference.inputs import materialize
@@ -39,6 +39,18 @@ def test_the_runner_order_puts_decodes_then_extends_then_first_chunks(seqs, thre
     assert tokens.tolist() == [t for i in order for t in range(starts[i], starts[i + 1])]
 
 
+@given(seqs=SEQS)
+def test_fp8_cases_decode_whole_in_each_builder(seqs):
+    """The builders' split (split_decodes_and_prefills) on the runner's order: TRITON_MLA decodes one-token queries
+    only, FLASHMLA uniform batches of up to 128, FLASH_ATTN_MLA any batch of queries up to 512."""
+    case = Case(sequences=tuple(seqs), num_heads=2, num_kv_heads=1)
+    lens = [s.query_len for s in seqs]
+    assert all_decode(case, 1, uniform=False) == (max(lens) == 1)
+    assert all_decode(case, 512, uniform=False)
+    assert all_decode(case, 128, uniform=True) == (len(set(lens)) == 1)
+    assert not all_decode(case.replace(sequences=(*seqs, SequenceSpec(query_len=129, context_len=3))), 128, True)
+
+
 def _case(pair=(576, 128), zero=(128, 512), kv=KVCacheDType.AUTO, seqs=(SequenceSpec(query_len=1, context_len=5),)):
     q_scale = 1.0 if kv.is_fp8 else None
     return Case(sequences=seqs, num_heads=2, num_kv_heads=1, head_size=pair[0], head_size_v=pair[1],
@@ -58,12 +70,20 @@ def test_the_declaration_asks_for_the_zero_dimensions_of_the_layer_s_shape():
     assert any("mixed precision" in r for r in backend.not_supported_reasons(
         _case(kv=KVCacheDType.FP8_E4M3, seqs=prefill)))
     assert not [r for r in backend.not_supported_reasons(_case(kv=KVCacheDType.FP8_E4M3)) if "mixed" in r]
+    flashmla, fa3 = get("vllm-layer-flashmla"), get("vllm-layer-flash-attn-mla")
+    uniform_prefill = (SequenceSpec(query_len=3, context_len=5), SequenceSpec(query_len=3, context_len=0))
+    assert not flashmla.not_supported_reasons(_case(kv=KVCacheDType.FP8_E4M3, seqs=uniform_prefill).replace(
+        cache=CacheSpec(layout=KVLayout.MLA_LATENT, block_size=64, quant=Quant(KVCacheDType.FP8_E4M3, q_fp8_scale=1.0))))
+    assert any("block_size" in r for r in flashmla.not_supported_reasons(_case()))
+    assert any("kv_cache_dtype" in r for r in fa3.not_supported_reasons(_case(kv=KVCacheDType.FP8_E4M3)))
+    assert any("head_size" in r for r in fa3.not_supported_reasons(_case((320, 128), (128, 256))))
 
 
-def test_drawn_cases_carry_the_zero_dimensions_and_their_queries_are_zero_there():
-    backend = get("vllm-layer-triton-mla")
+@pytest.mark.parametrize("name", ["vllm-layer-triton-mla", "vllm-layer-flashmla", "vllm-layer-flash-attn-mla"])
+def test_drawn_cases_carry_the_zero_dimensions_and_their_queries_are_zero_there(name):
+    backend = get(name)
     drawn = drawn_cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), 60)
-    assert {(c.head_size, c.value_size) for c in drawn} == set(MLA_SHAPES)
+    assert {(c.head_size, c.value_size) for c in drawn} == set(backend.caps.head_size_pairs)
     for case in drawn[:12]:
         reasons = backend.not_supported_reasons(case)
         assert not reasons or all("mixed precision" in r for r in reasons)
