@@ -104,6 +104,9 @@ def draw_inputs(case: Case) -> str:
                   "    for q_len, kv_len, _ in SEQS:",
                   "        q[start:start + q_len] += edge_amplitude(kv_len) * uq",
                   "        start += q_len"]
+    if case.values.query_zero_dims is not None:  # Values.query_zero_dims: drawn all the same, then zeroed
+        start, end = case.values.query_zero_dims
+        lines += [f"    q[..., {start}:{end}] = 0  # the query dimensions an MLA layer's absorbed query leaves at 0"]
     lines += [
               f"    shared = {shared}  # keys every sequence shares (a shared-prefix block table)",
               "    prefix_k, prefix_v = torch.randn(shared, H_KV, D, generator=g), torch.randn(shared, H_KV, D_V, generator=g)",

@@ -44,7 +44,8 @@ def test_the_script_draws_attnref_s_tensors_and_agrees_with_its_verdict(case):
 
 @pytest.mark.parametrize("values", [Values(d, 4.0) for d in ValueDistribution]
                          + [Values(ValueDistribution.OUTLIERS, 4.0, outliers_at_edge=True),
-                            Values(ValueDistribution.RECENT, 4.0, edge_value_gain=32.0)])
+                            Values(ValueDistribution.RECENT, 4.0, edge_value_gain=32.0),
+                            Values(ValueDistribution.EDGE, 4.0, query_zero_dims=(3, 12))])
 def test_every_value_distribution_is_written_out_bit_for_bit(values):
     seqs = (SequenceSpec(query_len=3, context_len=200), SequenceSpec(query_len=2, context_len=7))
     case = WINDOW_BUG.replace(sequences=seqs, values=values, dtype=DType.BFLOAT16)
