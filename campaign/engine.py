@@ -175,9 +175,10 @@ class Driver:
         """Queue a shrink of a new kind of failure, or save one that cannot be shrunk as found."""
         if decision == Decision.SHRINK:
             self.origins[(row["backend"], row["shard"], row["index"])] = row
+            key, tour = self.scheduler.focus_of(row["backend"], row["shard"])
             self.scheduler.add(Task(TaskKind.SHRINK, row["backend"], shard=row["shard"], size=row["shard_size"],
-                                    target=row["index"], signature=self.buckets.target(row).coarse,
-                                    key=self.scheduler.focus_of(row["backend"], row["shard"])))
+                                    target=row["index"], signature=self.buckets.target(row).coarse, key=key,
+                                    tour=tour))
         elif decision == Decision.SAVE and not row.get("sticky"):  # a sticky worker sends its own case
             self._save_unshrunk(row, "not shrunk: " + ("it hung" if row["verdict"] == "timeout" else "its process died"))
 

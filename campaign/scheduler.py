@@ -14,10 +14,11 @@ it stopped; with an example budget, shards are added until every backend has exa
 
 A JIT backend's cases that waited for their module (campaign.compiles) go out before generation, to a worker that
 has the module loaded; while a compile slot is free (campaign.claims), the unbuilt key with the most waiting cases goes
-out as a compile task beside generation. Two of every three of a JIT backend's new shards (FOCUSED_PER_WHOLE) draw only
+out as a compile task beside generation. While declared keys are undrawn, tours (TOUR_SIZE cases of one such key) take
+up to TOUR_SHARE of a JIT backend's planned cases; two of every three other new shards (FOCUSED_PER_WHOLE) draw only
 cases of one compile key the worker has loaded, so workers evaluate while few of the backend's keys are built; the
-third is a tour of a declared key nothing was drawn of yet (TOUR_SIZE cases), then, once every key has been drawn, the
-whole space while the build queue runs short.
+third is a tour while keys are undrawn, then, once every key has been drawn, the whole space while the build queue
+runs short.
 
 With --compile-slices, a JIT backend's space is cut into compile slices (Backend.compiled_per and
 compiled_features: one dtype, head size, kv dtype and set of compile-keyed features each): shard j >= 1
@@ -51,6 +52,12 @@ FOCUSED_PER_WHOLE = 2
 # (campaigns/jit-untold-h100-2026-11-26.md). Once every key has been drawn, a whole-space shard is due only while fewer
 # unbuilt keys wait than there are compile slots.
 TOUR_SIZE = 4
+# Tours take up to this share of a JIT backend's planned cases while declared keys are still undrawn, beside focused
+# shards too: a tour's four draws cost ~15 ms (key_limits draws only the key, and a tour skips the shard prefix that
+# cost ~1 s per key and worker), against tens of seconds of evaluation in a focused shard, and its cases wait for
+# builds the compile slots bound. One tour per two focused shards drew 78 of vLLM's 1,536 unified-attention keys and
+# 95 of FA4's 2,304 in ten minutes on an H100 (campaigns/jit-untold-h100-2026-11-26.md).
+TOUR_SHARE = 0.5
 
 
 @dataclass
@@ -65,12 +72,12 @@ class _Shard:
 
 class Scheduler:
     def __init__(self, backends: list[str], *, examples: int | None, shard_size: int = 100,
-                 done: dict[tuple[str, int], tuple[int, int]] | None = None,
+                 done: dict[tuple[str, int], tuple[int, int, str, bool]] | None = None,
                  replays: dict[str, tuple[str, ...]] | None = None, max_shrinking: int = 1,
                  shrink_share: float = 0.25, slices: dict[str, int] | None = None,
                  declared: dict[str, list[str]] | None = None, compile_slots: int = 0) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
-        shard size, focus key) from an earlier run being resumed; `replays`: saved case JSONs per backend;
+        shard size, focus key, tour) from an earlier run being resumed; `replays`: saved case JSONs per backend;
         `slices`: the number of compile slices per JIT backend (others: 1); `declared`: a JIT backend's compile keys
         within the campaign's focus (tour shards draw each); `compile_slots`: the campaign's compile slots
         (campaign.claims); all but one run compile tasks beside generation (0: compile tasks only once generation
@@ -89,9 +96,9 @@ class Scheduler:
         self.shrink_rows = 0
         self.shrunk_backends: set[str] = set()
         self.shards: dict[str, dict[int, _Shard]] = {b: {} for b in self.backends}
-        for (backend, shard), (n, size, focus) in (done or {}).items():
+        for (backend, shard), (n, size, focus, tour) in (done or {}).items():
             if backend in self.shards:  # a focused shard continues on its key: the same draws, the same examples
-                self.shards[backend][shard] = _Shard(size=size, done=n, closed=n >= size, key=focus)
+                self.shards[backend][shard] = _Shard(size=size, done=n, closed=n >= size, key=focus, tour=tour)
         self.pending: deque[Task] = deque(Task(TaskKind.REPLAY, b, cases=tuple(c))
                                           for b, c in (replays or {}).items() if c and b in self.shards)
         self.running: dict[int, Task] = {}
@@ -335,28 +342,33 @@ class Scheduler:
                     tour=tour)
 
     def _focus(self, backend: str, wid: int | None) -> tuple[str, bool]:
-        """(the compile key a new shard of `backend` draws, whether it is a tour shard). A key `wid` has loaded, the
-        least focused one, while focused shards are fewer than FOCUSED_PER_WHOLE per other shard; else a tour of a
-        declared key nothing was drawn of; else the whole space ("") while fewer unbuilt keys wait than there are
-        compile slots, a loaded key otherwise."""
+        """(the compile key a new shard of `backend` draws, whether it is a tour shard). A tour of a declared key
+        nothing was drawn of while tours are under TOUR_SHARE of the planned cases or `wid` has no key loaded; else a
+        key `wid` has loaded, the least focused one, while focused shards are fewer than FOCUSED_PER_WHOLE per other
+        shard; else a tour; else the whole space ("") while fewer unbuilt keys wait than there are compile slots, a
+        loaded key otherwise."""
         mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
         shards = [s for j, s in self.shards[backend].items() if j > 0]
+        toured = {s.key for s in shards if s.tour}  # once each: a key the focus filter cannot draw stays undrawn
+        undrawn = [k for k in self.declared[backend] if k not in self.drawn[backend] and k not in toured]
+        planned = sum(s.size for s in self.shards[backend].values())
+        if undrawn and (not mine or sum(s.size for s in shards if s.tour) < TOUR_SHARE * planned):
+            return undrawn[0], True
         focused = [s.key for s in shards if s.key and not s.tour]
         least_focused = min(mine, key=lambda k: (focused.count(k), k)) if mine else ""
         if mine and len(focused) < FOCUSED_PER_WHOLE * (len(shards) - len(focused) + 1):
             return least_focused, False
-        toured = {s.key for s in shards if s.tour}  # once each: a key the focus filter cannot draw stays undrawn
-        undrawn = [k for k in self.declared[backend] if k not in self.drawn[backend] and k not in toured]
         if undrawn:
             return undrawn[0], True
         if mine and self.backlog.unbuilt_keys(backend) >= max(1, self.compile_slots):
             return least_focused, False
         return "", False
 
-    def focus_of(self, backend: str, shard: int) -> str:
-        """The compile key shard `shard` of `backend` focuses on ("" for the whole space): its shrinks draw alike."""
+    def focus_of(self, backend: str, shard: int) -> tuple[str, bool]:
+        """(the compile key shard `shard` of `backend` focuses on, "" for the whole space; whether it is a tour): its
+        shrinks draw alike."""
         s = self.shards.get(backend, {}).get(shard)
-        return s.key if s is not None else ""
+        return (s.key, s.tour) if s is not None else ("", False)
 
     def _built(self, backend: str) -> tuple[str, ...]:
         return tuple(sorted(self.backlog.built[backend]))

@@ -137,7 +137,7 @@ class Worker:
         self.should_stop = should_stop
         self.limits = Limits(**config.limits)
         self._backends: dict[str, tuple[Any, list[Limits]]] = {}
-        self._strategies: dict[tuple[str, int | str], tuple[Any, frozenset[str]]] = {}
+        self._strategies: dict[tuple[str, int | str], tuple[Any, frozenset[str] | None]] = {}  # prefix None: not yet
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
         self._units: set[tuple[str, str]] = set()  # (backend, module it builds: _unit) this process has run
         keys = cache_root(config.cache_dir) / KEYS_FOLDER
@@ -153,11 +153,11 @@ class Worker:
             self._backends[name] = (backend, slices)
         return self._backends[name]
 
-    def _backend(self, name: str, shard: int, key: str = ""):
+    def _backend(self, name: str, shard: int, key: str = "", tour: bool = False):
         """(backend, strategy, fixed prefix) of `name` for `shard`, built once per process: shard 0 is the
         warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers;
         a JIT backend's later shards draw from their compile slice, or only cases of compile key `key` (a focused
-        shard: campaign.scheduler)."""
+        shard: campaign.scheduler). A tour's few draws skip the prefix (about 1 s per strategy): it draws a key once."""
         backend, slices = self._loaded(name)
         which: Any = key or (-1 if shard == 0 else (shard - 1) % len(slices))
         if (name, which) not in self._strategies:
@@ -167,9 +167,12 @@ class Worker:
                 strategy = cases(backend.caps, narrowed).filter(lambda c: key_text(compile_key(c, per, keyed)) == key)
             else:
                 strategy = cases(backend.caps, warm_up(self.limits) if shard == 0 else slices[which])
-            self._strategies[name, which] = (strategy, self._fixed_prefix(strategy) if shard else frozenset())
+            self._strategies[name, which] = (strategy, None if shard else frozenset())
         strategy, prefix = self._strategies[name, which]
-        return backend, strategy, prefix
+        if prefix is None and not tour:
+            prefix = self._fixed_prefix(strategy)
+            self._strategies[name, which] = (strategy, prefix)
+        return backend, strategy, prefix or frozenset()
 
     @staticmethod
     def _fixed_prefix(strategy) -> frozenset[str]:
@@ -315,7 +318,7 @@ class Worker:
         return row, evaluation
 
     def _generate(self, task: Task, deadline: float | None) -> bool:
-        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key)
+        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour)
         fresh = _Fresh(prefix)
         state = {"index": 0, "stopped": False}
         built = frozenset(task.built)
@@ -360,7 +363,7 @@ class Worker:
         return not state["stopped"] and state["index"] < task.size
 
     def _shrink(self, task: Task, deadline: float | None) -> None:
-        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key)
+        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour)
         fresh = _Fresh(prefix)
         target = tuple(task.signature) if task.signature else None
         where = {"backend": task.backend, "shard": task.shard, "index": task.target, "shard_size": task.size}
