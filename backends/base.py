@@ -251,6 +251,11 @@ class Backend:
     compiled_per: tuple[str, ...] = ()
     compiled_features: tuple[Feature, ...] = ()  # features whose presence is a separate compile: sliced alike
 
+    # Backends that build the same library modules for equal variants name one space: a variant's build then takes
+    # one lock across them, not one per backend (None: the backend's own). FlashInfer's tensor-core decode runs its fa2
+    # prefill modules; built alike by both, the second build waited on FlashInfer's own lock while holding a slot.
+    jit_module_space: str | None = None
+
     def jit_variant(self, case: Case) -> tuple | None:
         """What the library builds one module for when that is finer than the compile key (compiled_per and
         compiled_features, the campaign's coverage unit); None: the compile key. A campaign's first call of a new

@@ -106,6 +106,10 @@ class FlashInfer(Backend):
 
     def __init__(self, name: str, kind: str, option: str) -> None:
         self.name, self.kind, self.option = name, kind, option
+        # the tensor-core decode plans FlashInfer's fa2 prefill modules (get_batch_prefill_module("fa2", ...)), with
+        # the fields of jit_variant: one build lock with flashinfer-prefill-fa2
+        if option in ("tc", "fa2"):
+            self.jit_module_space = "flashinfer-batch-prefill-fa2"
         decode, fa3 = kind == "decode", option == "fa3"
         self.description = (f"flashinfer.BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores={option == 'tc'})" if decode
                             else f"flashinfer.BatchPrefillWithPagedKVCacheWrapper(backend='{option}')")

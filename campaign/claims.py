@@ -88,10 +88,13 @@ class CompileClaims:
         self.slots = max(1, slots)
         self._built: set[tuple[str, str]] = set()  # markers seen: a marker is never taken back during a campaign
 
-    def _paths(self, backend: str, key: str) -> tuple[Path, Path]:
-        folder = self.keys_root / _safe(backend)
+    def _paths(self, backend: str, key: str, space: str = "") -> tuple[Path, Path]:
+        """(the key's build lock, in `space` when backends share their modules (Backend.jit_module_space); its built
+        marker, the backend's own)."""
         digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-        return folder / f"{digest}.lock", folder / f"{digest}.built"
+        marker = self.keys_root / _safe(backend) / f"{digest}.built"
+        lock_folder = self.keys_root / _safe(space) if space else marker.parent
+        return lock_folder / f"{digest}.lock", marker
 
     def is_built(self, backend: str, key: str) -> bool:
         if (backend, key) in self._built:
@@ -118,10 +121,10 @@ class CompileClaims:
                 return fd
         return None
 
-    def claim(self, backend: str, key: str, covers: str = "") -> Claim | None:
-        """The right to build `key` (of compile key `covers` when a variant) now, its lock and a slot, or None: another
-        process builds it, or every slot is busy."""
-        lock, _ = self._paths(backend, key)
+    def claim(self, backend: str, key: str, covers: str = "", space: str = "") -> Claim | None:
+        """The right to build `key` (of compile key `covers` when a variant) now, its lock (in `space`: shared modules)
+        and a slot, or None: another process builds it, or every slot is busy."""
+        lock, _ = self._paths(backend, key, space)
         key_fd = _try_lock(lock)
         if key_fd is None:
             return None
@@ -137,10 +140,10 @@ class CompileClaims:
         return None if slot_fd is None else Claim(self, "", "", None, slot_fd)
 
     def wait_claim(self, backend: str, key: str, covers: str = "", until: float | None = None,
-                   poll: float = 0.25) -> Claim | None:
+                   poll: float = 0.25, space: str = "") -> Claim | None:
         """Block until the key is free (None when it turned out built meanwhile, or at `until`): a compile task's
         worker waits out another's build of the same key instead of building it twice."""
-        lock, _ = self._paths(backend, key)
+        lock, _ = self._paths(backend, key, space)
         while True:
             if self.is_built(backend, key):
                 return None

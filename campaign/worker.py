@@ -281,7 +281,8 @@ class Worker:
             return None, None
         text, unit = gated
         built_here = (unit == text and text in built) or self.claims.is_built(backend.name, unit)
-        claim = self.claims.slot_only() if built_here else self.claims.claim(backend.name, unit, covers=text)
+        claim = self.claims.slot_only() if built_here else self.claims.claim(
+            backend.name, unit, covers=text, space=backend.jit_module_space or "")
         return (text, None) if claim is None else (None, claim)
 
     def _module(self, backend, case: Case) -> tuple[str, str] | None:
@@ -468,7 +469,8 @@ class Worker:
             else:  # once generation is over: another's build of the module is waited out
                 unit = self._unbuilt(backend, case)
                 if unit is not None:
-                    claim = self.claims.wait_claim(task.backend, unit, covers=task.key, until=deadline)
+                    claim = self.claims.wait_claim(task.backend, unit, covers=task.key, until=deadline,
+                                                   space=backend.jit_module_space or "")
             row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", deferred=True, t=time.time(),
                        example_id=f"{task.backend}/{where['shard']}/{where['index']}", **where)

@@ -23,6 +23,28 @@ def test_a_key_is_built_by_one_holder_at_a_time(tmp_path):
     assert built_keys(tmp_path / "keys", "flashinfer-decode") == set()
 
 
+def test_backends_that_share_modules_take_one_lock_per_variant_and_keep_their_own_markers(tmp_path):
+    """Backend.jit_module_space: FlashInfer's tensor-core decode plans the fa2 prefill modules, so one build of a
+    variant holds the lock for both backends; each still marks what it ran itself."""
+    from backends.registry import get
+
+    a = CompileClaims(tmp_path / "keys", tmp_path / "slots", slots=3)
+    b = CompileClaims(tmp_path / "keys", tmp_path / "slots", slots=3)
+    tc, fa2 = get("flashinfer-decode-tc"), get("flashinfer-prefill-fa2")
+    assert tc.jit_module_space == fa2.jit_module_space is not None
+    assert get("flashinfer-decode").jit_module_space is None and get("flashinfer-prefill-fa3").jit_module_space is None
+    variant = '["variant", "bfloat16", "auto", 128, 128, false, false, false, false]'
+    held = a.claim(tc.name, variant, covers=KEY, space=tc.jit_module_space)
+    assert held is not None
+    assert b.claim(fa2.name, variant, covers=KEY, space=fa2.jit_module_space) is None  # the same module: it waits
+    free = b.claim(fa2.name, variant, covers=KEY)  # without the shared space the lock was per backend
+    assert free is not None
+    free.done(built=False)
+    held.done(built=True)
+    assert a.is_built(tc.name, variant) and not b.is_built(fa2.name, variant)  # markers stay per backend
+    assert built_keys(tmp_path / "keys", tc.name) == {KEY} and built_keys(tmp_path / "keys", fa2.name) == set()
+
+
 def test_builds_and_loads_past_the_slots_wait_and_a_failed_build_marks_nothing(tmp_path):
     claims = CompileClaims(tmp_path / "keys", tmp_path / "slots", slots=2)
     first = claims.claim("jit", '["a"]')
