@@ -72,6 +72,13 @@ def _config(num_heads: int, num_kv_heads: int, head_size: int, dtype: str, block
                                                                    calculate_kv_scales=calculate_kv_scales))
 
 
+def whole_backend_reason(module: str) -> str | None:
+    """Why a vLLM backend driven whole cannot run here: its config code's packages (.whl/vdeps) or vLLM itself."""
+    if importlib.util.find_spec("transformers") is None and importlib.util.find_spec("vllm") is not None:
+        return "vLLM's config code needs transformers (stage .whl/vdeps: tools/stage-vllm.sh)"
+    return cuda_library_reason(module, "vllm")
+
+
 def token_order(case, order: list[int]) -> torch.Tensor:
     """The flat token indices of the case's sequences taken in `order` (a reordered batch's query rows)."""
     starts = case.query_starts
@@ -131,9 +138,7 @@ class LayerBackend(Backend):
         self.name, self.module, self.cls, self.caps, self.description = name, module, cls, caps, description
 
     def availability(self) -> str | None:
-        if importlib.util.find_spec("transformers") is None and importlib.util.find_spec("vllm") is not None:
-            return "vLLM's config code needs transformers (stage .whl/vdeps: tools/stage-vllm.sh)"
-        return cuda_library_reason(self.module, "vllm")
+        return whole_backend_reason(self.module)
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)

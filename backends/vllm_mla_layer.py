@@ -39,11 +39,11 @@ import torch
 from reference.case import AttentionType, CausalAlignment, DType, KVCacheDType, KVLayout
 from reference.inputs import Inputs
 
-from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason
+from .base import Actual, Backend, Capabilities, Feature
 from .mla_projections import exact_projections
 from .vllm import F16
 from .vllm_attention_layer import _load_scales
-from .vllm_layers import KV_DTYPE_STRINGS, LAYER, common_metadata, token_order
+from .vllm_layers import KV_DTYPE_STRINGS, LAYER, common_metadata, token_order, whole_backend_reason
 
 # (head_size, value_size) of the case -> (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
 MLA_SHAPES = {(576, 128): (512, 128, 64, 128),  # DeepSeek V2 / V3
@@ -132,11 +132,7 @@ class MLALayerBackend(Backend):
         self.threshold, self.uniform = threshold, uniform
 
     def availability(self) -> str | None:
-        import importlib.util
-
-        if importlib.util.find_spec("transformers") is None and importlib.util.find_spec("vllm") is not None:
-            return "vLLM's config code needs transformers (stage .whl/vdeps: tools/stage-vllm.sh)"
-        return cuda_library_reason(self.backend_module, "vllm")
+        return whole_backend_reason(self.backend_module)
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
