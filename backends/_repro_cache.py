@@ -114,6 +114,11 @@ STORED_INPUTS = '''    q, ks, vs = draw_inputs()
                                 [s.to(DEVICE) for s in k_scales], [s.to(DEVICE) for s in v_scales])'''
 
 
+def _amax_dims(quant) -> str:
+    """The slice the key scale's amax reads (Quant.dynamic_amax_dims: vLLM's MLA layer reads the latent only)."""
+    return "" if quant.dynamic_amax_dims is None else f"[..., :{quant.dynamic_amax_dims}]"
+
+
 def stored_inputs(writes_cache: bool) -> str:
     """main()'s inputs for a quantized case: the kernel is handed what the cache stores, or, for a library whose own
     writer stores them (`Backend.repro_writes_cache`), the unquantized keys and values with the scales."""
@@ -160,7 +165,7 @@ def storage(case: Case) -> str:
             scales = ["    def dynamic(x, value_range):  # amax / range, divided in float32 as the layer does (1 for all zeros)",
                       "        amax = x.abs().max().float()",
                       "        return torch.where(amax > 0, amax / torch.tensor(value_range), torch.tensor(1.0)).reshape(1)",
-                      f"    k_scale, v_scale = dynamic(torch.cat(ks), {K_RANGE}), dynamic(torch.cat(vs), {V_RANGE})"]
+                      f"    k_scale, v_scale = dynamic(torch.cat(ks){_amax_dims(quant)}, {K_RANGE}), dynamic(torch.cat(vs), {V_RANGE})"]
         else:
             scales = [f"    k_scale = torch.tensor({list(quant.k_scales)!r})  # one, or one per kv head",
                       f"    v_scale = torch.tensor({list(quant.v_scales)!r})"]

@@ -102,6 +102,9 @@ class Capabilities:
     # ((head_size, value_size), (start, end)): cases of that size pair come with the query's dimensions [start, end)
     # 0 (Values.query_zero_dims; an MLA layer's absorbed query spans qk_nope of its latent dimensions)
     query_zero_dims: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = ()
+    # ((head_size, value_size), n): dynamic-scale cases of that size pair read the amax of each row's first n
+    # dimensions (Quant.dynamic_amax_dims: vLLM's MLA layer scales by the latent's amax)
+    dynamic_amax_dims: tuple[tuple[tuple[int, int], int], ...] = ()
     # Spellings the call accepts for one semantic, e.g. ("unbounded_window", ("none", "minus_one", "huge")):
     # the fuzzer draws each, so every spelling is tested, not only the adapter's favourite (first: default).
     encodings: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -205,6 +208,9 @@ class Capabilities:
             out.append(f"scale granularity={q.granularity.value} not declared")
         if q.dynamic_scales and Feature.DYNAMIC_SCALES not in self.features:
             out.append("dynamic_scales not declared")
+        amax_dims = dict(self.dynamic_amax_dims).get((case.head_size, case.value_size)) if q.dynamic_scales else None
+        if q.dynamic_amax_dims != amax_dims:
+            out.append(f"cache.quant.dynamic_amax_dims={q.dynamic_amax_dims} (declared for this case: {amax_dims})")
         if q.dynamic_scales and self.dynamic_scales_first_forward and any(s.context_len for s in case.sequences):
             out.append("dynamic_scales with cached context: calc_kv_scales sets the scales in the first forward, the "
                        "one that stored the context (declared dynamic_scales_first_forward)")

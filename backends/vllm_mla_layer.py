@@ -74,7 +74,7 @@ class _Linear(torch.nn.Module):
 
 @lru_cache(maxsize=32)
 def _config(num_heads: int, shape: tuple[int, int, int, int], dtype: str, block_size: int, cache_dtype: str,
-            workspace: str):
+            workspace: str, calculate_kv_scales: bool):
     """A VllmConfig for a one-layer DeepSeek-V2 with the case's heads and MLA shape (nothing downloaded)."""
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 
@@ -93,7 +93,8 @@ def _config(num_heads: int, shape: tuple[int, int, int, int], dtype: str, block_
     scheduler = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max(max_model_len, 2048),
                                 max_model_len=max_model_len, is_encoder_decoder=False)
     return VllmConfig(model_config=model, scheduler_config=scheduler,
-                      cache_config=CacheConfig(block_size=block_size, cache_dtype=cache_dtype))
+                      cache_config=CacheConfig(block_size=block_size, cache_dtype=cache_dtype,
+                                               calculate_kv_scales=calculate_kv_scales))
 
 
 def runner_order(case, threshold: int) -> list[int]:
@@ -156,8 +157,9 @@ class MLALayerBackend(Backend):
         heads, dtype = case.num_heads, case.dtype.torch
         kvd = KV_DTYPE_STRINGS[case.kv_cache_dtype]
         backend_cls = getattr(importlib.import_module(self.backend_module), self.cls)
+        dynamic = case.cache.quant.dynamic_scales
         cfg = _config(heads, shape, case.dtype.value, case.cache.block_size, kvd,
-                      case.encoding("context_workspace", "vllm"))
+                      case.encoding("context_workspace", "vllm"), dynamic)
         proj = exact_projections(heads, nope, v_head, case.seed)
         order = runner_order(case, self.threshold)
         tokens = token_order(case, order).to(dev)
@@ -171,8 +173,9 @@ class MLALayerBackend(Backend):
                                      kv_b_proj=_Linear(weight),
                                      cache_config=cfg.cache_config, prefix=LAYER, attn_backend=backend_cls)
             layer.process_weights_after_loading(dtype)
-            scale, q_scale = float(inputs.cache.k_scale[0]), case.cache.quant.q_fp8_scale
-            _load_scales(layer, scale, scale, 1.0 if q_scale is None else q_scale)  # the layer quantizes an fp8 query
+            if not dynamic:  # else the layer's first forward computes them (MLAAttention.calc_kv_scales)
+                scale, q_scale = float(inputs.cache.k_scale[0]), case.cache.quant.q_fp8_scale
+                _load_scales(layer, scale, scale, 1.0 if q_scale is None else q_scale)  # it quantizes an fp8 query
             layer.impl.dcp_world_size = 1  # vLLM reads it from the DCP group of a one-GPU run
             cache = inputs.cache_before_write.clone()
             layer.kv_cache = cache.paged.tensors[0]  # [blocks, block_size, rank + rope]: bind_kv_cache
@@ -199,10 +202,15 @@ class MLALayerBackend(Backend):
 _CAPS = Capabilities(
     devices=frozenset({"cuda"}), dtypes=F16, head_sizes=tuple(sorted({h for h, _ in MLA_SHAPES})),
     head_size_pairs=tuple(MLA_SHAPES), query_zero_dims=ZERO_DIMS, max_kv_heads=1, attn_types=frozenset({AttentionType.DECODER}),
-    features=frozenset({Feature.MQA, Feature.CONTEXT, Feature.HEAD_SIZE_V}),
+    features=frozenset({Feature.MQA, Feature.CONTEXT, Feature.HEAD_SIZE_V, Feature.DYNAMIC_SCALES}),
     kv_layouts=frozenset({KVLayout.MLA_LATENT}), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}),
     block_sizes=(16, 32, 64), lse_base=None, requires_cache=True, reads_paged_cache=True, writes_cache=True,
     min_query_len=1, causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
+    # calc_kv_scales (CacheConfig.calculate_kv_scales): the first forward scales the latent cache by
+    # amax(kv_c_normed) / 200, the latent without the rope key (MLAAttention.calc_kv_scales), and an fp8 query by
+    # amax(q) / 200; that forward stored every key, so such a case has no cached context
+    dynamic_amax_dims=tuple((pair, rank) for pair, (rank, _, _, _) in MLA_SHAPES.items()),
+    dynamic_scales_first_forward=True,
     encodings=(("context_workspace", tuple(WORKSPACES)),))
 
 

@@ -362,7 +362,9 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
                      layers=layers, layer=layer,
                      finite_canaries=caps.finite_canaries_only or draw(st.integers(0, 7)) == 0,
                      quant=Quant(kv_cache_dtype=kvd, granularity=gran, k_scales=k_scales, v_scales=v_scales,
-                                 dynamic_scales=dynamic, q_fp8_scale=q_fp8))
+                                 dynamic_scales=dynamic, q_fp8_scale=q_fp8,
+                                 dynamic_amax_dims=dict(caps.dynamic_amax_dims).get((head_size, head_size_v))
+                                 if dynamic else None))
 
 
 @memo

@@ -200,6 +200,9 @@ class Quant:
     # compute the k / v scales as amax / range, as calc_kv_scales does (over every key and value: the first forward
     # stores them all), and the query's with q_fp8_scale set (1.0 there then: the value is computed, not given)
     dynamic_scales: bool = False
+    # mla_latent with dynamic_scales: the scale's amax reads the first n dimensions of each row only (vLLM's
+    # MLAAttention.calc_kv_scales takes amax(kv_c_normed), the latent, not the rope key); None: the whole row
+    dynamic_amax_dims: int | None = None
     q_fp8_scale: float | None = None  # quantize the query to fp8 e4m3 with this scale
 
 
@@ -674,6 +677,11 @@ def _validate_cache(case: Case) -> None:
              f"Case.dtype={case.dtype.value}")
     _require(q.q_fp8_scale is None or (math.isfinite(q.q_fp8_scale) and q.q_fp8_scale > 0),
              f"Case.cache.quant.q_fp8_scale={q.q_fp8_scale!r}: must be None or > 0")
+    n = q.dynamic_amax_dims
+    _require(n is None or (q.dynamic_scales and c.layout == KVLayout.MLA_LATENT and isinstance(n, int)
+                           and 1 <= n <= case.head_size),
+             f"Case.cache.quant.dynamic_amax_dims={n!r}: None, or with dynamic_scales over layout mla_latent an "
+             f"integer in [1, head_size={case.head_size}]")
     _require(not q.dynamic_scales or q.q_fp8_scale in (None, 1.0),
              f"Case.cache.quant.q_fp8_scale={q.q_fp8_scale!r} with dynamic_scales: must be None or 1.0 (the query's "
              "scale is then computed: amax / Q_RANGE)")

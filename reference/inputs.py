@@ -306,6 +306,8 @@ def _scales(case: Case, keys: list[Tensor], values: list[Tensor]) -> tuple[Tenso
     q = case.cache.quant
     if q.dynamic_scales:
         all_k, all_v = torch.cat(keys), torch.cat(values)
+        if q.dynamic_amax_dims is not None:  # vLLM's MLA layer: the latent's amax, not the rope key's
+            all_k = all_k[..., : q.dynamic_amax_dims]
         k_scale = torch.tensor([quant.dynamic_scale(all_k, quant.K_RANGE)])
         if case.cache.layout == KVLayout.MLA_LATENT:  # one latent tensor, one scale
             return k_scale, k_scale

@@ -3,6 +3,8 @@ runner hands the MLA builder, and the region the backend declares (the layer's M
 dimensions an exact up-projection needs, fp8 caches only where every query decodes)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import given, strategies as st
@@ -101,3 +103,36 @@ def test_query_zero_dims_are_checked_and_leave_the_other_draws_alone():
     for bad in ((0, 0), (5, 600), (-1, 3)):
         with pytest.raises(CaseError, match="query_zero_dims"):
             _case(zero=bad)
+
+
+def test_dynamic_scales_read_the_latent_s_amax_as_vllm_s_mla_layer_does():
+    """MLAAttention.calc_kv_scales scales the latent cache by amax(kv_c_normed) / 200, the rope key left out
+    (Quant.dynamic_amax_dims): drawn so for every MLA shape, from the first forward (no cached context)."""
+    backend = get("vllm-layer-flashmla")  # fp8 with the layer's fp8 query
+    drawn = [c for c in drawn_cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), 300)
+             if c.cache.quant.dynamic_scales]
+    assert len(drawn) >= 5
+    for case in drawn[:5]:
+        rank = MLA_SHAPES[(case.head_size, case.value_size)][0]
+        assert case.cache.quant.dynamic_amax_dims == rank and not any(s.context_len for s in case.sequences)
+        assert not [r for r in backend.not_supported_reasons(case) if "dynamic" in r]
+        inputs = materialize(case)
+        keys = torch.cat(inputs.keys).float()
+        assert float(inputs.cache.k_scale[0]) == float(keys[..., :rank].abs().max() / torch.tensor(200.0))
+        assert float(inputs.q_scale[0]) == float(inputs.query.float().abs().max() / torch.tensor(200.0))
+    # a case whose rope key holds the row's largest value: the scale follows the latent's
+    rank = MLA_SHAPES[(drawn[0].head_size, drawn[0].value_size)][0]
+
+    def rope_holds_the_max(c) -> bool:
+        keys = torch.cat(materialize(c).keys)
+        return bool(keys[..., rank:].abs().max() > keys[..., :rank].abs().max())
+
+    case = next(c for c in (drawn[0].replace(seed=seed) for seed in range(400)) if rope_holds_the_max(c))
+    keys = torch.cat(materialize(case).keys).float()
+    assert float(materialize(case).cache.k_scale[0]) == float(keys[..., :rank].abs().max() / torch.tensor(200.0))
+    assert float(materialize(case).cache.k_scale[0]) < float(keys.abs().max() / torch.tensor(200.0))
+    cache = drawn[0].cache
+    whole_row = drawn[0].replace(cache=replace(cache, quant=replace(cache.quant, dynamic_amax_dims=None)))
+    assert any("dynamic_amax_dims" in r for r in backend.not_supported_reasons(whole_row))
+    with pytest.raises(CaseError, match="dynamic_amax_dims"):
+        _case().replace(cache=CacheSpec(layout=KVLayout.MLA_LATENT, block_size=16, quant=Quant(dynamic_amax_dims=8)))
