@@ -129,7 +129,8 @@ class MLALayerBackend(Backend):
                  threshold: int, uniform: bool = False) -> None:
         """`threshold`, `uniform`: the builder's reorder_batch_threshold and whether its decode takes only batches
         of one query length (QueryLenSupport.UNIFORM)."""
-        self.name, self.backend_module, self.cls, self.caps, self.description = name, backend_module, cls, caps, description
+        self.name, self.backend_module, self.cls = name, backend_module, cls
+        self.caps, self.description = caps, description
         self.threshold, self.uniform = threshold, uniform
 
     def availability(self) -> str | None:
@@ -185,10 +186,12 @@ class MLALayerBackend(Backend):
                                     kv_quant_mode=get_kv_quant_mode(kvd))
             builder = backend_cls.get_builder_cls()(spec, [LAYER], cfg, dev)
             metadata = builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(inputs, order))
-            # this step's tokens in the reordered batch, then the padding slots (-1) as the runner pads them
+            # this step's tokens in the reordered batch, then zero rows for the padding slots (-1) as the runner pads
+            # them: zeros leave calc_kv_scales' amax to the case's keys, and a padding row the writer stored anyway
+            # would still overwrite a canary
             q_latent = torch.cat([inputs.query[tokens], inputs.query.new_zeros(pad, heads, case.head_size)])
             q = torch.cat([proj.uk.spread(q_latent[..., :nope]), q_latent[..., rank:]], dim=-1)
-            new = torch.cat([inputs.key[:n][tokens], inputs.key[n:]])[:, 0]  # [tokens + pad, rank + rope]
+            new = torch.cat([inputs.key[:n][tokens], torch.zeros_like(inputs.key[n:])])[:, 0]  # [tokens + pad, R + P]
             slots = torch.cat([inputs.slot_mapping[:n].to(dev)[tokens], inputs.slot_mapping[n:].to(dev)])
             with set_forward_context({LAYER: metadata}, cfg, slot_mapping={LAYER: slots}):
                 out = layer(q.contiguous(), new[:, :rank].contiguous(), new[:, None, rank:].contiguous(),
@@ -201,7 +204,8 @@ class MLALayerBackend(Backend):
 
 _CAPS = Capabilities(
     devices=frozenset({"cuda"}), dtypes=F16, head_sizes=tuple(sorted({h for h, _ in MLA_SHAPES})),
-    head_size_pairs=tuple(MLA_SHAPES), query_zero_dims=ZERO_DIMS, max_kv_heads=1, attn_types=frozenset({AttentionType.DECODER}),
+    head_size_pairs=tuple(MLA_SHAPES), query_zero_dims=ZERO_DIMS, max_kv_heads=1,
+    attn_types=frozenset({AttentionType.DECODER}),
     features=frozenset({Feature.MQA, Feature.CONTEXT, Feature.HEAD_SIZE_V, Feature.DYNAMIC_SCALES}),
     kv_layouts=frozenset({KVLayout.MLA_LATENT}), kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}),
     block_sizes=(16, 32, 64), lse_base=None, requires_cache=True, reads_paged_cache=True, writes_cache=True,
