@@ -98,6 +98,9 @@ class Capabilities:
     fp8_query_only: bool = False  # an fp8 cache is read only with an fp8 query (Q_FP8): drawn with one always
     fp8_model_dtypes: frozenset[DType] | None = None  # the model dtypes an fp8 cache is read with (None: any)
     dynamic_scales_first_forward: bool = False  # dynamic scales come from the step that stored every key: no context
+    # (most queries, one length): an fp8 cache is read only by batches the backend's decode path takes whole (queries
+    # of at most that many tokens, all of one length when True); fp8 cases are drawn so (vLLM's MLA layer)
+    fp8_decode_batches: tuple[int, bool] | None = None
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
     # ((head_size, value_size), (start, end)): cases of that size pair come with the query's dimensions [start, end)
     # 0 (Values.query_zero_dims; an MLA layer's absorbed query spans qk_nope of its latent dimensions)

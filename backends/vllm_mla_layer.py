@@ -215,6 +215,7 @@ _CAPS = Capabilities(
     # amax(q) / 200; that forward stored every key, so such a case has no cached context
     dynamic_amax_dims=tuple((pair, rank) for pair, (rank, _, _, _) in MLA_SHAPES.items()),
     dynamic_scales_first_forward=True,
+    fp8_decode_batches=(1, False),  # TRITON_MLA's decode: one-token queries (SINGLE_ONLY)
     encodings=(("context_workspace", tuple(WORKSPACES)),))
 
 
@@ -235,7 +236,7 @@ def vllm_mla_layer_backends() -> list[Backend]:
         "vllm-layer-flashmla", "vllm.v1.attention.backends.mla.flashmla", "FlashMLABackend",
         replace(_CAPS, head_sizes=(576,), head_size_pairs=wide, block_sizes=(64,),
                 features=_CAPS.features | {Feature.Q_FP8}, fp8_query_only=True,
-                fp8_model_dtypes=frozenset({DType.BFLOAT16})),
+                fp8_model_dtypes=frozenset({DType.BFLOAT16}), fp8_decode_batches=(128, True)),
         "vLLM FLASHMLA under its MLAAttention layer: concat_and_cache_mla, absorbed decode (FlashMLA, its tile "
         "scheduler; fp8 with the layer's fp8 query), expanded prefill (FA3) over chunked context", threshold=128,
         uniform=True)

@@ -491,6 +491,10 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     cache = None
     if uses_cache and (caps.requires_cache or draw(st.booleans())):
         cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size, limits))
+    if cache is not None and cache.quant.kv_cache_dtype.is_fp8 and caps.fp8_decode_batches is not None:
+        most, uniform = caps.fp8_decode_batches  # the decode path's batches only: queries cut to its length
+        sequences = tuple(replace(s, query_len=min(sequences[0].query_len if uniform else s.query_len, most))
+                          for s in sequences)
     first_forward = cache is not None and cache.quant.dynamic_scales and caps.dynamic_scales_first_forward
     if first_forward:  # the first forward computes the scales and stores every key: prompts, no cached context
         sequences = tuple(replace(s, context_len=0) for s in sequences)

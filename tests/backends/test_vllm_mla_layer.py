@@ -86,9 +86,10 @@ def test_drawn_cases_carry_the_zero_dimensions_and_their_queries_are_zero_there(
     backend = get(name)
     drawn = drawn_cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), 60)
     assert {(c.head_size, c.value_size) for c in drawn} == set(backend.caps.head_size_pairs)
+    # fp8 caches come with batches the decode path takes whole (Capabilities.fp8_decode_batches): 61 of 300 drawn
+    # cases of the TRITON_MLA layer were refused for a prefill before
+    assert all(not backend.not_supported_reasons(case) for case in drawn)
     for case in drawn[:12]:
-        reasons = backend.not_supported_reasons(case)
-        assert not reasons or all("mixed precision" in r for r in reasons)
         start, end = case.values.query_zero_dims
         q = materialize(case).query
         assert torch.count_nonzero(q[..., start:end]) == 0 and torch.count_nonzero(q[..., :start]) > 0
