@@ -72,8 +72,14 @@ TORCH = (
           ("flex-compiled-cuda-418382be58.json",), H200_FIRST, device="H200"),
     Entry("flex-compiled-cpu-dynamic", D, TORCH_CPU, "torch.compile(flex_attention, dynamic=True), CPU",
           "Inductor's C++ kernel fails to compile ('cur_kvSplitSizeN' was not declared) for the document mask over "
-          "packed sequences of unequal lengths and for a window mask against a captured int.",
-          ("flex-compiled-cpu-three-keys-compile-error.json", "flex-compiled-cpu-window-compile-error.json"),
+          "packed sequences of unequal lengths and for a window mask against a captured int; ('cur_qSplitSize8' was "
+          "not declared) for an ALiBi score_mod with a window (encoder) or with GQA and a top-left causal mask. A "
+          "soft-cap score_mod with a one-token window fails to lower (LoweringException: unbacked_bindings), as on "
+          "CUDA. The three later ones came from `make fuzz` (60 s, CPU) and replay alike.",
+          ("flex-compiled-cpu-three-keys-compile-error.json", "flex-compiled-cpu-window-compile-error.json",
+           "flex-compiled-cpu-alibi-window-qsplit-compile-error.json",
+           "flex-compiled-cpu-alibi-gqa-top-left-qsplit-compile-error.json",
+           "flex-compiled-cpu-soft-cap-window-unbacked-bindings.json"),
           "campaigns/compile-slices-sanitizer-h100-2026-11-23.md", repro="flex-compiled-cpu-dynamic.py",
           device="CPU (x86_64)"),
     Entry("flex-zero-keys", D, TORCH_CUDA, "flex_attention (eager and compiled)",
