@@ -55,19 +55,27 @@ def cache_settings(case) -> dict:
                 calculate_kv_scales=case.cache.quant.dynamic_scales)
 
 
+def local_model(hf_config: dict, dtype: str, max_model_len: int):
+    """vLLM's ModelConfig of a model known only by its `config.json` (written to a fresh folder: nothing downloaded)."""
+    from vllm.config import ModelConfig
+
+    folder = tempfile.mkdtemp(prefix="attnref-vllm-model-")
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(hf_config, f)
+    return ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype,
+                       max_model_len=max_model_len)
+
+
 @lru_cache(maxsize=64)
 def _config(num_heads: int, num_kv_heads: int, head_size: int, dtype: str, block_size: int, cache_dtype: str,
             calculate_kv_scales: bool):
     """A VllmConfig for a one-layer llama with the case's heads (built once per shape and process)."""
-    from vllm.config import CacheConfig, ModelConfig, VllmConfig
+    from vllm.config import CacheConfig, VllmConfig
 
-    folder = tempfile.mkdtemp(prefix="attnref-vllm-model-")
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1,
-                   "hidden_size": num_heads * head_size, "head_dim": head_size, "num_attention_heads": num_heads,
-                   "num_key_value_heads": num_kv_heads, "intermediate_size": 64, "vocab_size": 256,
-                   "max_position_embeddings": 1 << 17, "torch_dtype": dtype}, f)
-    model = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype, max_model_len=1 << 17)
+    model = local_model({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1,
+                         "hidden_size": num_heads * head_size, "head_dim": head_size, "num_attention_heads": num_heads,
+                         "num_key_value_heads": num_kv_heads, "intermediate_size": 64, "vocab_size": 256,
+                         "max_position_embeddings": 1 << 17, "torch_dtype": dtype}, dtype, 1 << 17)
     return VllmConfig(model_config=model, cache_config=CacheConfig(block_size=block_size, cache_dtype=cache_dtype,
                                                                    calculate_kv_scales=calculate_kv_scales))
 

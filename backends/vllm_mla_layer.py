@@ -28,9 +28,6 @@ layer holding the weights (a checkpoint's unquantized ColumnParallelLinear compu
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import replace
 from functools import lru_cache
 
@@ -43,7 +40,7 @@ from .base import Actual, Backend, Capabilities, Feature
 from .mla_projections import exact_projections
 from .vllm import F16
 from .vllm_attention_layer import _load_scales
-from .vllm_layers import KV_DTYPE_STRINGS, LAYER, common_metadata, token_order, whole_backend_reason
+from .vllm_layers import KV_DTYPE_STRINGS, LAYER, common_metadata, local_model, token_order, whole_backend_reason
 
 # (head_size, value_size) of the case -> (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
 MLA_SHAPES = {(576, 128): (512, 128, 64, 128),  # DeepSeek V2 / V3
@@ -76,20 +73,16 @@ class _Linear(torch.nn.Module):
 def _config(num_heads: int, shape: tuple[int, int, int, int], dtype: str, block_size: int, cache_dtype: str,
             workspace: str, calculate_kv_scales: bool):
     """A VllmConfig for a one-layer DeepSeek-V2 with the case's heads and MLA shape (nothing downloaded)."""
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
 
     rank, nope, rope, v_head = shape
     max_model_len, max_num_seqs = WORKSPACES[workspace]
-    folder = tempfile.mkdtemp(prefix="attnref-vllm-mla-")
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump({"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "num_hidden_layers": 1,
-                   "hidden_size": 64 * num_heads, "num_attention_heads": num_heads, "num_key_value_heads": num_heads,
-                   "kv_lora_rank": rank, "q_lora_rank": None, "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
-                   "v_head_dim": v_head, "intermediate_size": 64,
-                   "vocab_size": 256, "max_position_embeddings": 1 << 17,
-                   "torch_dtype": dtype}, f)
-    model = ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype,
-                        max_model_len=max_model_len)
+    model = local_model({"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+                         "num_hidden_layers": 1, "hidden_size": 64 * num_heads, "num_attention_heads": num_heads,
+                         "num_key_value_heads": num_heads, "kv_lora_rank": rank, "q_lora_rank": None,
+                         "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": v_head,
+                         "intermediate_size": 64, "vocab_size": 256, "max_position_embeddings": 1 << 17,
+                         "torch_dtype": dtype}, dtype, max_model_len)
     scheduler = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max(max_model_len, 2048),
                                 max_model_len=max_model_len, is_encoder_decoder=False)
     return VllmConfig(model_config=model, scheduler_config=scheduler,
