@@ -240,6 +240,7 @@ class Actual:
     output_buffer: Tensor | None = None
     buffer_rows: int = 0  # rows of output_buffer that belong to real tokens (the rest must stay poisoned)
     written_cache: object | None = None  # a KVCache the kernel wrote the new tokens into: compared bit for bit
+    query_fp8: Tensor | None = None  # the fp8 query the library quantized itself and attended with (vLLM's layer)
     notes: dict = field(default_factory=dict)
 
 

@@ -81,9 +81,17 @@ class _UnderTheLayer:
         n = case.num_tokens
         layer.kv_cache = kv_cache  # bind_kv_cache
         slots = {LAYER: inputs.slot_mapping[:n].to(inputs.device)}
-        with set_forward_context({LAYER: metadata}, cfg, slot_mapping=slots):
-            out = layer(inputs.query, inputs.key[:n], inputs.value[:n])
-        return out.view(n, case.num_heads, case.value_size), None
+        quantized = []  # the query QuantFP8 hands the impl: its ties are the layer's to decide (fuzz.cache_write)
+        hook = None if layer.query_quant is None else layer.query_quant.register_forward_hook(
+            lambda module, args, result: quantized.append(result[0]))
+        try:
+            with set_forward_context({LAYER: metadata}, cfg, slot_mapping=slots):
+                out = layer(inputs.query, inputs.key[:n], inputs.value[:n])
+        finally:
+            if hook is not None:
+                hook.remove()
+        query_fp8 = quantized[0].reshape(n, case.num_heads, case.head_size) if quantized else None
+        return out.view(n, case.num_heads, case.value_size), None, query_fp8
 
 
 def _load_scales(layer, k: float, v: float, q: float) -> None:

@@ -205,14 +205,18 @@ class LayerBackend(Backend):
             common = common_metadata(inputs)
             prefix = cascade_prefix(case)
             metadata = builder.build(common_prefix_len=prefix, common_attn_metadata=common)
-            output, buffer = self._forward(layer, kv_cache, metadata, cfg, inputs)
+            output, buffer, query_fp8 = self._forward(layer, kv_cache, metadata, cfg, inputs)
         notes = {"cascade_prefix": prefix} if prefix else {}
         written = None
+        all_slots = torch.cat([slots, inputs.slot_mapping.cpu()])
         if case.kv_cache_dtype.is_per_token_head:  # the codes and scales vLLM wrote, judged and attended over
-            written = oracle_form_cache(inputs.cache_before_write, kv_cache, impl._k_scale_cache, impl._v_scale_cache,
-                                        torch.cat([slots, inputs.slot_mapping.cpu()]))
+            written = oracle_form_cache(inputs.cache_before_write, kv_cache, all_slots,
+                                        impl._k_scale_cache, impl._v_scale_cache)
+        elif case.kv_cache_dtype.is_fp8:  # byte for byte; with calc_kv_scales, with the scales the layer computed
+            written = replace(oracle_form_cache(inputs.cache_before_write, kv_cache, all_slots),
+                              **(layer_scales(layer) if case.cache.quant.dynamic_scales else {}))
         return Actual(output=output, output_buffer=buffer, buffer_rows=0 if buffer is None else case.num_tokens,
-                      written_cache=written, notes=notes)
+                      written_cache=written, query_fp8=query_fp8, notes=notes)
 
     def _build_layer(self, backend_cls, cfg, case, inputs: Inputs):
         """The impl on a stand-in layer holding the case's scales, registered where the builders look."""
@@ -222,13 +226,14 @@ class LayerBackend(Backend):
         return layer
 
     def _forward(self, layer, kv_cache, metadata, cfg, inputs: Inputs):
-        """This step's new tokens stored by the impl, then its forward into a poisoned buffer: (output, buffer)."""
+        """This step's new tokens stored by the impl, then its forward into a poisoned buffer: (output, buffer, the
+        fp8 query the layer quantized itself or None)."""
         case = inputs.case
         layer.impl.do_kv_cache_update(layer, inputs.key, inputs.value, kv_cache, inputs.slot_mapping.to(inputs.device))
         buffer = poisoned_output(inputs)
         layer.impl.forward(layer, inputs.query, inputs.key[: case.num_tokens], inputs.value[: case.num_tokens],
                            kv_cache, metadata, output=buffer)
-        return buffer[: case.num_tokens], buffer
+        return buffer[: case.num_tokens], buffer, None
 
     def _write_context(self, impl, layer, kv_cache, inputs: Inputs) -> torch.Tensor:
         """The cached context, stored by the backend's own writer (vLLM stored it in earlier steps); its slots."""
@@ -256,14 +261,20 @@ class LayerBackend(Backend):
                      KV_DTYPE_STRINGS[case.kv_cache_dtype], layer=self.under_the_layer)
 
 
-def oracle_form_cache(template: KVCache, packed: torch.Tensor, k_scales: torch.Tensor, v_scales: torch.Tensor,
-                      slots: torch.Tensor) -> KVCache:
-    """TRITON_ATTN's per-token-head cache in the oracle's form. vLLM packs each (block, head, slot) as
-    [K codes | K scale | V codes | V scale], one float32 scale inline after each half's codes (logical
-    [nb, H_kv, bs, 2 * padded], `get_kv_cache_shape`), and reads the scales through float32 views
-    [nb, bs, H_kv] (`_ensure_scale_caches`). The written `slots` (-1 skipped) are copied byte for byte into
-    a clone of `template`, the oracle's cache before the write, so slots vLLM was not asked to write keep
-    the oracle's canaries and a code or scale vLLM left out shows as its zero or 1.0."""
+def layer_scales(layer) -> dict:
+    """The per-tensor k / v scales a vLLM layer holds (after calc_kv_scales: the ones its first forward computed)."""
+    return {f"{n}_scale": getattr(layer, f"_{n}_scale").detach().float().cpu().reshape(1) for n in ("k", "v")}
+
+
+def oracle_form_cache(template: KVCache, packed: torch.Tensor, slots: torch.Tensor, k_scales: torch.Tensor | None = None,
+                      v_scales: torch.Tensor | None = None) -> KVCache:
+    """vLLM's cache (logical [nb, H_kv, bs, 2 * padded], K and V packed in the last dimension, `get_kv_cache_shape`)
+    in the oracle's form. TRITON_ATTN's per-token-head formats put one float32 scale inline after each half's codes,
+    [K codes | K scale | V codes | V scale] per (block, head, slot), read through float32 views [nb, bs, H_kv]
+    (`_ensure_scale_caches`): `k_scales`, `v_scales`; per-tensor caches have no padding and no scale caches. The
+    written `slots` (-1 skipped) are copied byte for byte into a clone of `template`, the oracle's cache before the
+    write, so slots vLLM was not asked to write keep the oracle's canaries and a code or scale vLLM left out shows as
+    its zero or 1.0."""
     written = template.clone()
     keys, values = written.paged.key_view(), written.paged.value_view()
     data, padded, bs = keys.shape[-1], packed.shape[-1] // 2, keys.shape[1]
@@ -272,8 +283,9 @@ def oracle_form_cache(template: KVCache, packed: torch.Tensor, k_scales: torch.T
     at = slots // bs, slots % bs
     keys.view(torch.uint8)[at] = canonical[..., :data][at]
     values.view(torch.uint8)[at] = canonical[..., padded: padded + data][at]
-    written.k_token_scales[at] = k_scales[at]
-    written.v_token_scales[at] = v_scales[at]
+    if k_scales is not None:
+        written.k_token_scales[at] = k_scales[at]
+        written.v_token_scales[at] = v_scales[at]
     return written
 
 

@@ -1,5 +1,6 @@
-"""The cache a kernel wrote, judged against the oracle's `write_kv`: byte for byte, or for per-token-head formats
-element by element, where a code may differ only at a rounding tie of the exact quotient."""
+"""The cache a kernel wrote, and the fp8 query a library quantized itself, judged against the oracle's: byte for
+byte, or element by element where the scale is computed (per-token-head formats, calc_kv_scales' dynamic per-tensor
+scales), where a code may differ only at a rounding tie of the exact quotient."""
 from __future__ import annotations
 
 import functools
@@ -10,6 +11,7 @@ from torch import Tensor
 
 from reference.case import KVCacheDType
 from reference.inputs import Inputs, slots_for
+from reference.quant import FP8_DTYPES
 
 from .verdicts import Symptom, Verdict
 
@@ -17,10 +19,23 @@ from .verdicts import Symptom, Verdict
 RawValues = Callable[[], "tuple[Tensor, Tensor] | None"]  # the unquantized keys and values by slot, built on demand
 
 
+def judge_writes(inputs: Inputs, actual) -> list[Symptom]:
+    """Every quantized tensor the kernel's library wrote and handed back: its cache (`Actual.written_cache`) and its
+    own fp8 query (`Actual.query_fp8`)."""
+    out = []
+    if actual.written_cache is not None and inputs.cache is not None:
+        out += judge_cache_write(inputs.cache, actual.written_cache, lambda: raw_by_slot(inputs))
+    if actual.query_fp8 is not None and inputs.query_fp8 is not None:
+        out += judge_query_quant(inputs, actual.query_fp8)
+    return out
+
+
 def judge_cache_write(expected_cache, written, raw: RawValues | None = None) -> list[Symptom]:
     """The kernel's cache writer against the oracle's `write_kv`: every byte of the pool (canaries in
     untouched slots included) and the scale caches must be equal (per-token-head caches: see
-    `judge_int4_write` and `judge_token_head_write`, which may call `raw` for `raw_by_slot`)."""
+    `judge_int4_write` and `judge_token_head_write`, which may call `raw` for `raw_by_slot`). An fp8 per-tensor
+    cache whose bytes differ is judged element by element at ties where `raw` has values (dynamic scales:
+    `judge_fp8_tensor_write`)."""
     if expected_cache.kv_cache_dtype == KVCacheDType.INT4_PER_TOKEN_HEAD:
         return judge_int4_write(expected_cache, written)
     if expected_cache.kv_cache_dtype in TOKEN_HEAD_STEP:
@@ -40,6 +55,10 @@ def judge_cache_write(expected_cache, written, raw: RawValues | None = None) -> 
             differ += int(bad.sum())
             if first is None:
                 first = tuple(int(x) for x in bad.nonzero()[0])
+    out += per_tensor_scale_symptoms(expected_cache, written)
+    unquantized = functools.cache(raw or (lambda: None))
+    if differ and expected_cache.kv_cache_dtype in FP8_DTYPES and unquantized() is not None:
+        return out + judge_fp8_tensor_write(expected_cache, written, unquantized())
     if differ:
         out.append(Symptom(Verdict.CONTRACT, "cache-write",
                            f"the written cache differs from the oracle's in {differ} bytes (first at index {first})"))
@@ -91,11 +110,18 @@ def _judge_elements(expected_cache, written, compare, describe) -> list[Symptom]
     return [Symptom(Verdict.CONTRACT, "cache-write", describe(bad_total, first, worst))] if bad_total else []
 
 
-# One code step of a per-token-head format at code c (in code units): int8 1; fp8 e4m3 2^(floor(log2|c|) - 3),
-# its subnormal step 2^-9 at the bottom.
+# One fp8 code step at code c (in code units), subnormal steps at the bottom: e4m3 2^(floor(log2|c|) - 3), e5m2
+# 2^(floor(log2|c|) - 2).
+FP8_STEP = {
+    KVCacheDType.FP8_E4M3: lambda c: torch.ldexp(torch.ones_like(c), torch.frexp(c)[1] - 4).clamp(min=2.0 ** -9),
+    KVCacheDType.FP8_E5M2: lambda c: torch.ldexp(torch.ones_like(c), torch.frexp(c)[1] - 3).clamp(min=2.0 ** -16),
+}
+
+
+# One code step of a per-token-head format at code c (in code units): int8 1; fp8 as e4m3.
 TOKEN_HEAD_STEP = {
     KVCacheDType.INT8_PER_TOKEN_HEAD: lambda c: torch.ones_like(c),
-    KVCacheDType.FP8_PER_TOKEN_HEAD: lambda c: torch.ldexp(torch.ones_like(c), torch.frexp(c)[1] - 4).clamp(min=2.0 ** -9),
+    KVCacheDType.FP8_PER_TOKEN_HEAD: FP8_STEP[KVCacheDType.FP8_E4M3],
 }
 SCALE_RTOL = 2.0 ** -20  # a float32 scale computed another way (a reciprocal, fused multiply): a few ulps
 # A code that differs from the oracle's is a tie flipped by those ulps only where the exact quotient x / scale sits
@@ -148,11 +174,88 @@ def judge_token_head_write(expected_cache, written, raw: RawValues | None = None
                                                    f"steps)")
 
 
+def tie_flips(want: Tensor, got: Tensor, quotient: Tensor, fmt: KVCacheDType) -> tuple[Tensor, Tensor]:
+    """Per element of two fp8 code tensors: (bad, steps apart). A code may differ from the oracle's only by one step
+    and only where the exact quotient x / scale sits within TIE_RTOL of the midpoint between the two codes: a scale
+    computed in float32 (amax / range) is no power of two, and a writer that divides approximately or multiplies by
+    the reciprocal decides a tie by its last bit. calc_kv_scales puts each tensor's largest element on a tie by
+    construction: amax / (amax / 200) is 200, the midpoint of e4m3's 192 and 208 (100: 96 and 104)."""
+    same = want.view(torch.uint8) == got.view(torch.uint8)
+    wc, gc = want.double(), got.double()
+    off = (wc - gc).abs() / torch.maximum(FP8_STEP[fmt](wc), FP8_STEP[fmt](gc))
+    midpoint = (wc + gc) / 2
+    tie = (quotient - midpoint).abs() <= TIE_RTOL * midpoint.abs()  # NaN (an untouched slot, a canary): no tie
+    return ~same & ~((off <= 1.0 + 1e-9) & tie), off
+
+
+def per_tensor_scale_symptoms(expected_cache, written) -> list[Symptom]:
+    """The per-tensor (or per-kv-head) scales a library computed itself (calc_kv_scales: amax / range in float32)
+    against the oracle's: within SCALE_RTOL (a written cache that keeps the oracle's scales passes)."""
+    out = []
+    for name in ("k_scale", "v_scale"):
+        want, got = getattr(expected_cache, name), getattr(written, name)
+        if want is None or got is None:
+            continue
+        want, got = want.detach().cpu().double().flatten(), got.detach().cpu().double().flatten()
+        if want.shape != got.shape or not bool(((want - got).abs() <= SCALE_RTOL * want.abs()).all()):
+            out.append(Symptom(Verdict.CONTRACT, "cache-write", f"the cache's {name} is {got.tolist()}, the oracle's "
+                                                               f"{want.tolist()} (more than {SCALE_RTOL:.2g} apart)"))
+    return out
+
+
+def judge_fp8_tensor_write(expected_cache, written, unquantized: tuple[Tensor, Tensor]) -> list[Symptom]:
+    """An fp8 per-tensor (or per-kv-head) cache whose scales were computed (calc_kv_scales): element by element,
+    each differing code a tie flip (`tie_flips`); untouched slots byte-identical. Measured on the H200: 76 of 157
+    one-key rows of vllm-layer-triton's dynamic scales were one code step at the largest |v| or |k|
+    (campaigns/vllm-layer-dynamic-scales-h200-2026-11-26.md)."""
+    fmt = expected_cache.kv_cache_dtype
+    bad_total, first, worst = 0, None, 0.0
+    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), expected_cache.k_scale, unquantized[0]),
+             (expected_cache.paged.value_view(), written.paged.value_view(), expected_cache.v_scale, unquantized[1]))
+    for want, got, scale, raw in pairs:
+        if want.shape != got.shape:
+            return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got.shape)}, "
+                                                             f"expected {tuple(want.shape)}")]
+        quotient = raw.reshape(want.shape) / scale.double().reshape(1, 1, -1, *[1] * (want.dim() - 3))
+        bad, off = tie_flips(want.detach().cpu(), got.detach().cpu(), quotient, fmt)
+        if bool(bad.any()):
+            bad_total += int(bad.sum())
+            worst = max(worst, float(off[bad].nan_to_num(float("inf")).max()))
+            first = first or tuple(int(x) for x in bad.nonzero()[0])
+    if not bad_total:
+        return []
+    return [Symptom(Verdict.CONTRACT, "cache-write", f"the written cache differs from the oracle's at {bad_total} "
+                                                     f"elements by more than a rounding tie (a code whose exact quotient "
+                                                     f"is not within {TIE_RTOL:.2g} of the midpoint; first at {first}, "
+                                                     f"worst {worst:.3g} steps)")]
+
+
+def judge_query_quant(inputs: Inputs, query_fp8: Tensor) -> list[Symptom]:
+    """The fp8 query a library quantized itself (vLLM's Attention layer, QuantFP8 with its q scale) against the
+    oracle's `query_fp8`: equal, or one code step at a tie of query / q_scale (`tie_flips`)."""
+    want = inputs.query_fp8.cpu()
+    got = query_fp8.detach().cpu().reshape(want.shape) if query_fp8.numel() == want.numel() else None
+    if got is None or got.dtype != want.dtype:
+        shape = tuple(query_fp8.shape)
+        return [Symptom(Verdict.CONTRACT, "query-quant", f"quantized query {shape} {query_fp8.dtype}, expected "
+                                                         f"{tuple(want.shape)} {want.dtype}")]
+    quotient = inputs.query.detach().cpu().double() / inputs.q_scale.cpu().double()
+    bad, off = tie_flips(want, got, quotient, KVCacheDType.FP8_E4M3)
+    if not bool(bad.any()):
+        return []
+    first = tuple(int(x) for x in bad.nonzero()[0])
+    return [Symptom(Verdict.CONTRACT, "query-quant", f"the library's fp8 query differs from query / q_scale rounded "
+                                                     f"at {int(bad.sum())} elements by more than a rounding tie (first "
+                                                     f"at {first}, worst {float(off[bad].nan_to_num(float('inf')).max()):.3g} steps)")]
+
+
 def raw_by_slot(inputs: Inputs) -> tuple[Tensor, Tensor] | None:
     """Every cached token's key and value before quantization (float64) at its cache slot, [nb, bs, H_kv, D]
-    (NaN where no token is cached): what a per-token-head writer divides by its scale. None for other caches."""
+    (NaN where no token is cached): what a writer that computes its scales divides by them (per-token-head
+    formats, fp8 with calc_kv_scales' dynamic scales). None for other caches, whose writes are judged byte for byte."""
     cache, case = inputs.cache, inputs.case
-    if cache is None or inputs.block_table is None or not case.kv_cache_dtype.is_per_token_head:
+    computed = case.kv_cache_dtype.is_per_token_head or (case.kv_cache_dtype.is_fp8 and case.cache.quant.dynamic_scales)
+    if cache is None or inputs.block_table is None or not computed:
         return None
     nb, bs = cache.paged.num_blocks, cache.paged.block_size
     k = torch.full((nb, bs, case.num_kv_heads, case.head_size), float("nan"), dtype=torch.float64)

@@ -113,6 +113,18 @@ def oracle_and_baseline(inputs: Inputs, base_dtype: torch.dtype,
     return attention(inputs), attention(inputs, dtype=base_dtype, reorder=True), None
 
 
+def attended_writes(case: Case, actual: Actual) -> dict:
+    """The Inputs fields the kernel attended over that its library wrote with scales of its own computing (its
+    per-token-head or dynamically scaled fp8 cache, its fp8 query): replaced in the oracle's inputs when given."""
+    out = {}
+    computed = case.kv_cache_dtype.is_per_token_head or (case.cache is not None and case.cache.quant.dynamic_scales)
+    if actual.written_cache is not None and computed:
+        out["cache"] = actual.written_cache
+    if actual.query_fp8 is not None:
+        out["query_fp8"] = actual.query_fp8.reshape(case.num_tokens, case.num_heads, -1)
+    return out
+
+
 def on_host(expected: Expected, baseline: Expected, actual: Actual,
             extra: tuple[Tensor, ...] = ()) -> tuple[Expected, Expected, Actual, tuple[Tensor, ...]]:
     """The oracle's, the baseline's and the kernel's outputs (and `extra` tensors of the oracle's device) on the CPU,
@@ -209,10 +221,11 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         row["compile_s"] = actual.notes["first_call_s"]
     if actual.notes:
         row["notes"] = json.dumps(actual.notes, default=str)
-    if actual.written_cache is not None and case.kv_cache_dtype.is_per_token_head:
-        # per-token-head writers may flip codes at rounding ties (judge_cache_write bounds them): the attention the
-        # kernel computed is judged over the codes it wrote, not over the oracle's
-        over_written = to_device(replace(kernel_inputs, cache=actual.written_cache), odev)
+    written = attended_writes(case, actual)
+    if written:
+        # writers that compute their scales may flip codes at rounding ties (judge_writes bounds them): the attention
+        # the kernel computed is judged over the codes its library wrote, not over the oracle's
+        over_written = to_device(replace(kernel_inputs, **written), odev)
         expected, baseline, scores = oracle_and_baseline(over_written, base_dtype, packed)
     shift = None
     if odev.type == "cpu":

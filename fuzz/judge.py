@@ -17,7 +17,7 @@ from reference.attention import Expected
 from reference.inputs import Inputs
 from reference.softmax import all_finite
 
-from .cache_write import judge_cache_write, raw_by_slot
+from .cache_write import judge_writes
 from .tolerance import Limits, ToleranceRule, limits, rule_for
 from .verdicts import SEVERITY, Symptom, Verdict  # noqa: F401 (Verdict and Symptom are imported from here too)
 
@@ -87,8 +87,7 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     finite_max = float(errors.max()) if errors.numel() else 0.0
     finite_mean = float(errors.mean()) if errors.numel() else 0.0
     symptoms += error_symptoms(finite_max, finite_mean, lim, row["baseline_max_err"])
-    if actual.written_cache is not None and inputs.cache is not None:
-        symptoms += judge_cache_write(inputs.cache, actual.written_cache, lambda: raw_by_slot(inputs))
+    symptoms += judge_writes(inputs, actual)
     if actual.lse is not None and caps.lse_base is not None:
         symptoms += judge_lse(row, caps.empty_row_lse, expected, baseline, actual.lse, empty, rule)
     record(row, symptoms)

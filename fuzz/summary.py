@@ -21,7 +21,7 @@ from backends.base import Actual
 from reference.attention import Expected
 from reference.inputs import Inputs
 
-from .cache_write import judge_cache_write, raw_by_slot
+from .cache_write import judge_writes
 from .judge import buffer_symptom, cosine_from, error_symptoms, lse_limit, lse_mismatch, record, worst_place
 from .tolerance import limits_from, logit_floor, rounding_error, rule_for
 
@@ -76,8 +76,7 @@ def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expecte
     row["error_ratio"] = row["max_err"] / row["limit"] if row["limit"] > 0 else math.inf
     symptoms = [buffer_symptom(int(v["spilled"]), actual.buffer_rows)] if v["spilled"] else []
     symptoms += error_symptoms(v["max_err"], v["mean_err"], lim, v["base_max"])
-    if actual.written_cache is not None and inputs.cache is not None:
-        symptoms += judge_cache_write(inputs.cache, actual.written_cache, lambda: raw_by_slot(inputs))
+    symptoms += judge_writes(inputs, actual)
     if with_lse:
         limit = lse_limit(rule, v["lse_base_err"], v["lse_expected_max"])
         row.update(lse_max_err=v["lse_err"], lse_limit=limit)

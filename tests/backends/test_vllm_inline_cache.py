@@ -45,12 +45,12 @@ def test_the_inline_scale_cache_reads_back_into_the_oracles_form_byte_for_byte(k
     context = torch.cat([slots_for(inputs.block_table[i], torch.arange(s.context_len), 4)
                          for i, s in enumerate(seqs)])
     slots = torch.cat([context, inputs.slot_mapping])
-    back = oracle_form_cache(inputs.cache_before_write, packed, k_scales, v_scales, slots)
+    back = oracle_form_cache(inputs.cache_before_write, packed, slots, k_scales, v_scales)
     assert all(torch.equal(a, b) for a, b in zip(_bytes(back), _bytes(inputs.cache)))  # canaries kept, padding skipped
     assert judge_cache_write(inputs.cache, back) == []
     # a slot the writer was asked for but never wrote reads back as vLLM's zero codes and 1.0 scales: a finding
     block, offset = divmod(int(inputs.slot_mapping[0]), 4)
     packed[block, :, offset] = 0
     k_scales[block, offset] = v_scales[block, offset] = 1.0
-    lost = oracle_form_cache(inputs.cache_before_write, packed, k_scales, v_scales, slots)
+    lost = oracle_form_cache(inputs.cache_before_write, packed, slots, k_scales, v_scales)
     assert [s.kind for s in judge_cache_write(inputs.cache, lost)] == ["cache-write"]
