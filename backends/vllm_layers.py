@@ -24,7 +24,6 @@ FA2 for ALiBi (not staged here) and takes sinks as FA3's bf16 `s_aux`. Needs vLL
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import json
 import os
 import tempfile
@@ -37,6 +36,7 @@ from reference.case import AlibiConvention, AttentionType, BlockTableKind, Causa
 from reference.inputs import Inputs, KVCache, slots_for
 
 from . import spellings
+from .vllm_batch import common_metadata, from_runner_order, in_runner_order, runner_order
 from .vllm_layers_repro import cascade_prefix, whole
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
@@ -87,39 +87,6 @@ def whole_backend_reason(module: str) -> str | None:
     return cuda_library_reason(module, "vllm")
 
 
-def token_order(case, order: list[int]) -> torch.Tensor:
-    """The flat token indices of the case's sequences taken in `order` (a reordered batch's query rows)."""
-    starts = case.query_starts
-    return torch.cat([torch.arange(starts[i], starts[i + 1]) for i in order] or [torch.zeros(0, dtype=torch.int64)])
-
-
-def common_metadata(inputs: Inputs, order: list[int] | None = None):
-    """vLLM's CommonAttentionMetadata of the case's batch, its sequences in `order` (None: as drawn; the model
-    runner reorders a batch for backends that split decodes from prefills)."""
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
-    case, dev = inputs.case, inputs.device
-    order = list(range(len(case.sequences))) if order is None else order
-    seqs = [case.sequences[i] for i in order]
-    pick = torch.tensor(order, dtype=torch.int64)
-    qsl = torch.tensor([0, *itertools.accumulate(s.query_len for s in seqs)], dtype=torch.int32)
-    seq_lens = inputs.seq_lens.to(torch.int32).cpu()[pick]
-    slots = inputs.slot_mapping[: case.num_tokens]
-    slots = slots[token_order(case, order).to(slots.device)]
-    ranges = None if case.bidirectional_ranges is None else {
-        j: list(case.bidirectional_ranges[i]) for j, i in enumerate(order) if case.bidirectional_ranges[i]}
-    return CommonAttentionMetadata(
-        query_start_loc=qsl.to(dev), query_start_loc_cpu=qsl, seq_lens=seq_lens.to(dev),
-        num_reqs=len(seqs), num_actual_tokens=case.num_tokens,
-        max_query_len=max(case.max_query_len, 1), max_seq_len=max(case.max_kv_len, 1),
-        block_table_tensor=inputs.block_table[pick.to(inputs.block_table.device)].to(dev, torch.int32),
-        slot_mapping=slots.to(dev), causal=True,
-        seq_lens_cpu_upper_bound=seq_lens, _seq_lens_cpu=seq_lens,
-        _num_computed_tokens_cpu=inputs.context_lens.to(torch.int32).cpu()[pick],
-        is_prefilling=torch.tensor([s.query_len > 1 for s in seqs], device=dev),
-        mm_req_doc_ranges=ranges)
-
-
 def _layer(impl, k_scale: float, v_scale: float, dev):
     """The Attention layer as forward and the builders see it: the impl and its scales (model loading
     would make it; only these attributes are read)."""
@@ -140,6 +107,9 @@ class LayerBackend(Backend):
 
     library = "vllm"
     zeroed_cache = False  # unwritten cache slots are NaN canaries unless the backend needs vLLM's zeroed cache
+    # the builder's reorder_batch_threshold where it has one: the model runner then hands it decodes first
+    # (vllm_batch.runner_order); None: the batch as drawn
+    reorder_threshold: int | None = None
     under_the_layer = False  # vLLM's own Attention layer drives the step (backends/vllm_attention_layer.py)
 
     def __init__(self, name: str, module: str, cls: str, caps: Capabilities, description: str) -> None:
@@ -202,10 +172,16 @@ class LayerBackend(Backend):
                                      dtype=storage_dtype if kvd != "auto" else case.dtype.torch,
                                      kv_quant_mode=get_kv_quant_mode(kvd), sliding_window=spellings.sliding_window(case))
             builder = backend_cls.get_builder_cls()(spec, [LAYER], cfg, dev)
-            common = common_metadata(inputs)
+            reorder = None if self.reorder_threshold is None else runner_order(case, self.reorder_threshold)
+            common = common_metadata(inputs, reorder)
             prefix = cascade_prefix(case)
             metadata = builder.build(common_prefix_len=prefix, common_attn_metadata=common)
-            output, buffer, query_fp8 = self._forward(layer, kv_cache, metadata, cfg, inputs)
+            if reorder is None:
+                output, buffer, query_fp8 = self._forward(layer, kv_cache, metadata, cfg, inputs)
+            else:  # the step in the runner's order, its results put back in the case's
+                step, tokens = in_runner_order(inputs, reorder)
+                output, buffer, query_fp8 = (from_runner_order(t, tokens) for t in
+                                             self._forward(layer, kv_cache, metadata, cfg, step))
         notes = {"cascade_prefix": prefix} if prefix else {}
         written = None
         all_slots = torch.cat([slots, inputs.slot_mapping.cpu()])
@@ -327,13 +303,15 @@ def vllm_layer_backends() -> list[Backend]:
     # FLASHINFER: FlashInferBackend.supported_dtypes / supported_kv_cache_dtypes (nvfp4: Blackwell only), head sizes
     # 64 / 128 / 256 (512 has no sm90 prefill module), kernel block sizes 16 / 32 / 64 (larger ones only on
     # Blackwell's trtllm-gen); no sinks off SM100 (supports_sink), no ALiBi (the impl keeps the slopes, the wrappers
-    # are never given them); cascade through its MultiLevelCascadeAttentionWrapper. On an sm90 machine without
-    # NVIDIA's artifactory (this one) the XQA / trtllm-gen paths are off: FlashInfer's own decode and prefill wrappers.
+    # are never given them); no cascade: its builder's use_cascade_attention returns False ("Cascade attention doesn't
+    # work, disable it for now"), and a cascade plan over an fp8 cache fails its own assertion (q dtypes of prefill and
+    # decode differ; 2 of 2 fp8 cascade rows on the H200, vllm/mla-layers-flashinfer-h200-2026-11-26.md). On an sm90
+    # machine without NVIDIA's artifactory (this one) the XQA / trtllm-gen paths are off: FlashInfer's own decode and
+    # prefill wrappers.
     flashinfer = replace(_BASE, head_sizes=(64, 128, 256),
                          features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.CONTEXT}),
                          kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
-                         block_tables=frozenset(BlockTableKind),
-                         encodings=_BASE.encodings + (("cascade", ("off", "on")),))
+                         block_tables=frozenset(BlockTableKind))
     flashinfer_whole = _FlashInferLayer(
         "vllm-backend-flashinfer", "vllm.v1.attention.backends.flashinfer", "FlashInferBackend", flashinfer,
         "vLLM FLASHINFER whole: metadata builder (plans FlashInfer's prefill / decode / cascade wrappers), "
@@ -365,7 +343,20 @@ class _FlashLayer(LayerBackend):
 class _FlashInferLayer(_FlashLayer):
     """FLASHINFER's metadata builder raises NotImplementedError("FlashInfer backend on SM90 currently crashes with
     sliding-window attention layers") for any window_left != -1 on an sm90 GPU (flashinfer issue #3578; measured on
-    the H100: 29 of 29 windowed rows): there a window, spelled or real, is a refusal with vLLM's reason."""
+    the H100: 29 of 29 windowed rows): there a window, spelled or real, is a refusal with vLLM's reason.
+    Its builder splits decodes from prefills (reorder_batch_threshold 1), so the runner hands it decodes first, and
+    it plans FlashInfer's decode and prefill modules for the parts the batch has: JIT builds of their own."""
+
+    reorder_threshold = 1
+    jit_module_space = "vllm-flashinfer"  # the layer and the whole backend build the same modules
+
+    def jit_variant(self, case) -> tuple:
+        """The FlashInfer modules the builder plans, each built on its first use: the compile key's fields, and whether
+        the runner-ordered batch has decodes (context and one new token: the decode wrapper's module) and prefills
+        (the prefill wrapper's)."""
+        decodes = [s.context_len > 0 and s.query_len <= self.reorder_threshold for s in case.sequences]
+        return (case.dtype.value, case.kv_cache_dtype.value, case.head_size, case.soft_cap is not None,
+                spellings.sliding_window(case) is not None, any(decodes), not all(decodes))
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)

@@ -40,7 +40,8 @@ from .base import Actual, Backend, Capabilities, Feature
 from .mla_projections import exact_projections
 from .vllm import F16
 from .vllm_attention_layer import _load_scales
-from .vllm_layers import KV_DTYPE_STRINGS, LAYER, common_metadata, local_model, token_order, whole_backend_reason
+from .vllm_batch import common_metadata, runner_order, token_order
+from .vllm_layers import KV_DTYPE_STRINGS, LAYER, local_model, whole_backend_reason
 
 # (head_size, value_size) of the case -> (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
 MLA_SHAPES = {(576, 128): (512, 128, 64, 128),  # DeepSeek V2 / V3
@@ -51,9 +52,12 @@ MLA_SHAPES = {(576, 128): (512, 128, 64, 128),  # DeepSeek V2 / V3
 # dimensions a function of the pair (Capabilities.query_zero_dims)
 ZERO_DIMS = tuple((pair, (nope, rank)) for pair, (rank, nope, _, _) in MLA_SHAPES.items())
 # context_workspace: "vllm", the workspace of this config (64K tokens: the context in one chunk); "small", that of a
-# config with max_model_len 16 and max_num_seqs 1 (determine_chunked_prefill_workspace_size: 8 x 16 = 128 tokens,
-# 4 pages at block size 64): the context gathered in several chunks, merged by LSE
-WORKSPACES = {"vllm": (1 << 17, 256), "small": (16, 1)}  # (max_model_len, max_num_seqs)
+# config with max_model_len 16 and max_num_seqs the batch's size (determine_chunked_prefill_workspace_size:
+# max(8 x 16, 4 x max_num_seqs x block size) tokens, 128 to 1,024): the context gathered in several chunks, merged by
+# LSE. A batch never has more requests than max_num_seqs: FLASHMLA's fp8 decode copies its tile scheduler's splits
+# into a CUDA-graph buffer of max_num_seqs + 1 (1,422 of 1,422 fp8 batches of 2-4 requests failed its assertion
+# with max_num_seqs 1, vllm/mla-layers-flashinfer-h200-2026-11-26.md)
+WORKSPACES = {"vllm": (1 << 17, 256), "small": (16, None)}  # (max_model_len, max_num_seqs; None: the batch's size)
 
 
 class _Linear(torch.nn.Module):
@@ -71,12 +75,13 @@ class _Linear(torch.nn.Module):
 
 @lru_cache(maxsize=32)
 def _config(num_heads: int, shape: tuple[int, int, int, int], dtype: str, block_size: int, cache_dtype: str,
-            workspace: str, calculate_kv_scales: bool):
+            workspace: str, calculate_kv_scales: bool, num_seqs: int):
     """A VllmConfig for a one-layer DeepSeek-V2 with the case's heads and MLA shape (nothing downloaded)."""
     from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
 
     rank, nope, rope, v_head = shape
     max_model_len, max_num_seqs = WORKSPACES[workspace]
+    max_num_seqs = max_num_seqs or num_seqs
     model = local_model({"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
                          "num_hidden_layers": 1, "hidden_size": 64 * num_heads, "num_attention_heads": num_heads,
                          "num_key_value_heads": num_heads, "kv_lora_rank": rank, "q_lora_rank": None,
@@ -88,18 +93,6 @@ def _config(num_heads: int, shape: tuple[int, int, int, int], dtype: str, block_
     return VllmConfig(model_config=model, scheduler_config=scheduler,
                       cache_config=CacheConfig(block_size=block_size, cache_dtype=cache_dtype,
                                                calculate_kv_scales=calculate_kv_scales))
-
-
-def runner_order(case, threshold: int) -> list[int]:
-    """The sequence order vLLM's model runner hands a builder that splits decodes from prefills
-    (`reorder_batch_to_split_decodes_and_prefills`): requests with context and at most `threshold` new tokens
-    (decodes), then those with context and more (extends), then those without context (first chunks), each group
-    in the case's order. The MLA builder counts on it: the chunked context's merge covers the first
-    `prefill_tokens_with_context` prefill tokens only (`build_mla_chunked_context_metadata`)."""
-    def region(s) -> int:
-        return 2 if s.context_len == 0 else 0 if s.query_len <= threshold else 1
-
-    return sorted(range(len(case.sequences)), key=lambda i: region(case.sequences[i]))
 
 
 def all_decode(case, threshold: int, uniform: bool) -> bool:
@@ -153,7 +146,7 @@ class MLALayerBackend(Backend):
         backend_cls = getattr(importlib.import_module(self.backend_module), self.cls)
         dynamic = case.cache.quant.dynamic_scales
         cfg = _config(heads, shape, case.dtype.value, case.cache.block_size, kvd,
-                      case.encoding("context_workspace", "vllm"), dynamic)
+                      case.encoding("context_workspace", "vllm"), dynamic, len(case.sequences))
         proj = exact_projections(heads, nope, v_head, case.seed)
         order = runner_order(case, self.threshold)
         tokens = token_order(case, order).to(dev)
@@ -186,13 +179,25 @@ class MLALayerBackend(Backend):
             q = torch.cat([proj.uk.spread(q_latent[..., :nope]), q_latent[..., rank:]], dim=-1)
             new = torch.cat([inputs.key[:n][tokens], torch.zeros_like(inputs.key[n:])])[:, 0]  # [tokens + pad, R + P]
             slots = torch.cat([inputs.slot_mapping[:n].to(dev)[tokens], inputs.slot_mapping[n:].to(dev)])
-            with set_forward_context({LAYER: metadata}, cfg, slot_mapping={LAYER: slots}):
-                out = layer(q.contiguous(), new[:, :rank].contiguous(), new[:, None, rank:].contiguous(),
-                            output_shape=torch.Size([n + pad, heads * v_head]))
+            quantized = []  # the absorbed decode query the layer quantizes itself: its ties are its own (fuzz.cache_write)
+            hook = layer._decode_concat_quant_fp8_op.register_forward_hook(lambda m, a, result: quantized.append(result))
+            try:
+                with set_forward_context({LAYER: metadata}, cfg, slot_mapping={LAYER: slots}):
+                    out = layer(q.contiguous(), new[:, :rank].contiguous(), new[:, None, rank:].contiguous(),
+                                output_shape=torch.Size([n + pad, heads * v_head]))
+            finally:
+                hook.remove()
         latent = proj.uv.gather(out[:n].view(n, heads, v_head))
         output = torch.empty_like(latent)
         output[tokens] = latent
-        return Actual(output=output, written_cache=cache)
+        query_fp8 = None
+        if quantized and quantized[0].shape[0] >= n:  # an fp8 batch decodes whole (not_supported_reasons)
+            query_fp8 = torch.empty_like(quantized[0][:n])
+            query_fp8[tokens] = quantized[0][:n]
+        if dynamic:  # the latent's one scale, as calc_kv_scales computed it
+            scale = layer._k_scale.detach().float().cpu().reshape(1)
+            cache = replace(cache, k_scale=scale, v_scale=scale)
+        return Actual(output=output, written_cache=cache, query_fp8=query_fp8)
 
 
 _CAPS = Capabilities(
@@ -237,7 +242,8 @@ def vllm_mla_layer_backends() -> list[Backend]:
     # its builder decodes varlen batches of up to 512 queries (QueryLenSupport.VARLEN, threshold 512)
     fa3 = MLALayerBackend(
         "vllm-layer-flash-attn-mla", "vllm.v1.attention.backends.mla.flashattn_mla", "FlashAttnMLABackend",
-        replace(_CAPS, head_sizes=(576,), head_size_pairs=wide, kv_cache_dtypes=frozenset({KVCacheDType.AUTO})),
+        replace(_CAPS, head_sizes=(576,), head_size_pairs=wide, kv_cache_dtypes=frozenset({KVCacheDType.AUTO}),
+                features=_CAPS.features - {Feature.DYNAMIC_SCALES}),  # calc_kv_scales scales fp8 caches only
         "vLLM FLASH_ATTN_MLA under its MLAAttention layer: concat_and_cache_mla, absorbed decode (FA3 with q_v, its "
         "AOT scheduler metadata), expanded prefill (FA3) over chunked context", threshold=512)
     return [triton, flashmla, fa3]

@@ -177,8 +177,9 @@ def judge_token_head_write(expected_cache, written, raw: RawValues | None = None
 def tie_flips(want: Tensor, got: Tensor, quotient: Tensor, fmt: KVCacheDType) -> tuple[Tensor, Tensor]:
     """Per element of two fp8 code tensors: (bad, steps apart). A code may differ from the oracle's only by one step
     and only where the exact quotient x / scale sits within TIE_RTOL of the midpoint between the two codes: a scale
-    computed in float32 (amax / range) is no power of two, and a writer that divides approximately or multiplies by
-    the reciprocal decides a tie by its last bit. calc_kv_scales puts each tensor's largest element on a tie by
+    computed in float32 (amax / range) is no power of two, and its last bit (vLLM's layer divides by a scalar range
+    tensor, which CUDA does through the reciprocal: one ulp below the oracle's in tools/probe-layer-scales.py) or a
+    writer that divides approximately decides a tie. calc_kv_scales puts each tensor's largest element on a tie by
     construction: amax / (amax / 200) is 200, the midpoint of e4m3's 192 and 208 (100: 96 and 104)."""
     same = want.view(torch.uint8) == got.view(torch.uint8)
     wc, gc = want.double(), got.double()
@@ -207,7 +208,7 @@ def judge_fp8_tensor_write(expected_cache, written, unquantized: tuple[Tensor, T
     """An fp8 per-tensor (or per-kv-head) cache whose scales were computed (calc_kv_scales): element by element,
     each differing code a tie flip (`tie_flips`); untouched slots byte-identical. Measured on the H200: 76 of 157
     one-key rows of vllm-layer-triton's dynamic scales were one code step at the largest |v| or |k|
-    (campaigns/vllm-layer-dynamic-scales-h200-2026-11-26.md)."""
+    (vllm/mla-layers-flashinfer-h200-2026-11-26.md)."""
     fmt = expected_cache.kv_cache_dtype
     bad_total, first, worst = 0, None, 0.0
     pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), expected_cache.k_scale, unquantized[0]),
@@ -216,7 +217,7 @@ def judge_fp8_tensor_write(expected_cache, written, unquantized: tuple[Tensor, T
         if want.shape != got.shape:
             return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got.shape)}, "
                                                              f"expected {tuple(want.shape)}")]
-        quotient = raw.reshape(want.shape) / scale.double().reshape(1, 1, -1, *[1] * (want.dim() - 3))
+        quotient = raw.reshape(want.shape) / scale.detach().cpu().double().reshape(1, 1, -1, *[1] * (want.dim() - 3))
         bad, off = tie_flips(want.detach().cpu(), got.detach().cpu(), quotient, fmt)
         if bool(bad.any()):
             bad_total += int(bad.sum())

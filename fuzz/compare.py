@@ -120,7 +120,7 @@ def attended_writes(case: Case, actual: Actual) -> dict:
     computed = case.kv_cache_dtype.is_per_token_head or (case.cache is not None and case.cache.quant.dynamic_scales)
     if actual.written_cache is not None and computed:
         out["cache"] = actual.written_cache
-    if actual.query_fp8 is not None:
+    if actual.query_fp8 is not None and case.cache is not None and case.cache.quant.q_fp8_scale is not None:
         out["query_fp8"] = actual.query_fp8.reshape(case.num_tokens, case.num_heads, -1)
     return out
 

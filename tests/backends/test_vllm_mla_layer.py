@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, strategies as st
 
 from backends.registry import get
-from backends.vllm_layers import token_order
-from backends.vllm_mla_layer import MLA_SHAPES, all_decode, runner_order
+from backends.vllm_batch import runner_order, token_order
+from backends.vllm_mla_layer import MLA_SHAPES, all_decode
 from fuzz.strategies import Limits
 from reference.case import CacheSpec, Case, CaseError, DType, KVCacheDType, KVLayout, Quant, SequenceSpec, Values
 from reference.inputs import materialize

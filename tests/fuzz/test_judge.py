@@ -278,9 +278,9 @@ def _amax_flipped(codes: torch.Tensor, at: tuple) -> torch.Tensor:
 
 
 def test_calc_kv_scales_puts_each_largest_element_on_a_tie_which_a_writer_may_decide_either_way():
-    """amax / (amax / 100) is 100, the midpoint of e4m3's 96 and 104: vLLM's layer (Triton writer, approximate
-    division) stored 104 where the oracle's correctly rounded quotient gave 96, one step (0.246) at the largest
-    |v| of 76 of 157 one-key dynamic-scale rows on the H200 (campaigns/vllm-layer-dynamic-scales-h200-2026-11-26.md).
+    """amax / (amax / 100) is 100, the midpoint of e4m3's 96 and 104: vLLM's layer, whose v scale was one float32 ulp
+    below the oracle's, stored 104 where the oracle's quotient gave 96, one step (0.246) at the largest
+    |v| of 76 of 157 one-key dynamic-scale rows on the H200 (vllm/mla-layers-flashinfer-h200-2026-11-26.md).
     Either side of that tie is a correct write; the same step anywhere else, or a scale 1 % off, is not."""
     from fuzz.cache_write import judge_cache_write, raw_by_slot
 

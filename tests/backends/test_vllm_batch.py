@@ -1,0 +1,58 @@
+"""The batch as vLLM's model runner hands it to a builder that splits decodes from prefills (backends/vllm_batch.py),
+and what vLLM's FLASHINFER and FLASH_ATTN_MLA backends declare from it, checked without vLLM."""
+from __future__ import annotations
+
+import torch
+from hypothesis import given, strategies as st
+
+from backends.base import Feature
+from backends.registry import get
+from backends.vllm_batch import from_runner_order, in_runner_order, runner_order
+from reference.case import CacheSpec, Case, DType, SequenceSpec
+from reference.inputs import materialize
+
+SEQS = st.lists(st.builds(SequenceSpec, query_len=st.integers(1, 4), context_len=st.sampled_from([0, 2, 9])),
+                min_size=1, max_size=5)
+
+
+@given(seqs=SEQS, padding=st.integers(0, 2))
+def test_a_step_in_the_runners_order_comes_back_in_the_cases(seqs, padding):
+    """FLASHINFER's builder takes decodes first (reorder_batch_threshold 1): the step's rows go to it in the runner's
+    order with their slots, padding rows last, and its output rows come back to the case's tokens."""
+    case = Case(sequences=tuple(seqs), num_heads=2, num_kv_heads=1, head_size=16, dtype=DType.FLOAT32,
+                cache=CacheSpec(block_size=4, padding_slots=padding), seed=1)
+    inputs = materialize(case)
+    order = runner_order(case, 1)
+    step, tokens = in_runner_order(inputs, order)
+    n = case.num_tokens
+    assert step.slot_mapping[n:].tolist() == [-1] * padding
+    for row, token in enumerate(tokens.tolist()):  # each runner row carries its token's query, key, value, slot
+        assert torch.equal(step.query[row], inputs.query[token]) and torch.equal(step.key[row], inputs.key[token])
+        assert torch.equal(step.value[row], inputs.value[token])
+        assert int(step.slot_mapping[row]) == int(inputs.slot_mapping[token])
+    computed = step.query.clone()  # a kernel's output row r belongs to runner row r
+    assert torch.equal(from_runner_order(computed[:n], tokens), inputs.query)
+
+
+def test_flashinfer_builds_decode_and_prefill_modules_as_separate_variants():
+    backend = get("vllm-backend-flashinfer")
+    assert backend.reorder_threshold == 1 and get("vllm-layer-flashinfer").jit_module_space == backend.jit_module_space
+
+    def variant(*seqs):
+        return backend.jit_variant(Case(sequences=seqs, num_heads=2, num_kv_heads=1, head_size=64,
+                                        dtype=DType.BFLOAT16, cache=CacheSpec(block_size=16)))
+
+    decode, prefill = SequenceSpec(query_len=1, context_len=5), SequenceSpec(query_len=3, context_len=5)
+    first_chunk = SequenceSpec(query_len=1, context_len=0)  # a one-token prompt prefills
+    assert variant(decode) != variant(prefill) != variant(decode, prefill) != variant(decode)
+    assert variant(first_chunk) == variant(prefill)
+
+
+def test_declarations_follow_what_vllm_picks():
+    """FLASHINFER never cascades (use_cascade_attention returns False); FLASH_ATTN_MLA has 16-bit caches only, so
+    no calc_kv_scales; it keeps NaN canaries, which show FA3's whole-page reads (catalog vllm-fa3-mla-canary)."""
+    assert "cascade" not in dict(get("vllm-backend-flashinfer").caps.encodings)
+    assert "cascade" in dict(get("vllm-backend-flash").caps.encodings)
+    fa_mla = get("vllm-layer-flash-attn-mla").caps
+    assert Feature.DYNAMIC_SCALES not in fa_mla.features and not fa_mla.finite_canaries_only
+    assert Feature.DYNAMIC_SCALES in get("vllm-layer-flashmla").caps.features
