@@ -23,6 +23,7 @@ FA2 for ALiBi (not staged here) and takes sinks as FA3's bf16 `s_aux`. Needs vLL
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -56,12 +57,19 @@ def cache_settings(case) -> dict:
 
 
 def local_model(hf_config: dict, dtype: str, max_model_len: int):
-    """vLLM's ModelConfig of a model known only by its `config.json` (written to a fresh folder: nothing downloaded)."""
+    """vLLM's ModelConfig of a model known only by its `config.json` (nothing downloaded), written once per config to
+    a folder named by its content: every worker and campaign builds its configs from the same few folders instead of
+    leaving one temporary folder per config and process behind."""
     from vllm.config import ModelConfig
 
-    folder = tempfile.mkdtemp(prefix="attnref-vllm-model-")
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(hf_config, f)
+    text = json.dumps(hf_config, sort_keys=True)
+    folder = os.path.join(tempfile.gettempdir(), "attnref-vllm-models", hashlib.sha1(text.encode()).hexdigest()[:16])
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        os.makedirs(folder, exist_ok=True)
+        partial = os.path.join(folder, f"config.json.{os.getpid()}")
+        with open(partial, "w") as f:
+            f.write(text)
+        os.replace(partial, os.path.join(folder, "config.json"))  # atomic: a concurrent reader sees all or nothing
     return ModelConfig(model=folder, tokenizer=folder, skip_tokenizer_init=True, dtype=dtype,
                        max_model_len=max_model_len)
 

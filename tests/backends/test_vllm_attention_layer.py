@@ -3,6 +3,8 @@ declarations, and that the config a case runs under asks the layer for calc_kv_s
 scales are dynamic (a stand-in vLLM records the CacheConfig the adapter builds)."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 import types
 
@@ -84,3 +86,18 @@ def test_dynamic_scale_cases_are_drawn_as_the_first_forward():
     assert len(dynamic) >= 10
     assert all(not any(s.context_len for s in c.sequences) for c in dynamic)
     assert all(not backend.not_supported_reasons(c) for c in dynamic)
+
+
+def test_a_local_models_folder_is_named_by_its_config_and_reused(monkeypatch, tmp_path):
+    """Every worker builds its one-layer configs from config.json folders: one per distinct config, not one
+    temporary folder per config and process (72 were left behind in /tmp by one day's test runs)."""
+    monkeypatch.setattr(vllm_layers.tempfile, "gettempdir", lambda: str(tmp_path))
+    _stand_in_vllm(monkeypatch, [])
+    llama = {"model_type": "llama", "num_attention_heads": 4}
+    first = vllm_layers.local_model(llama, "bfloat16", 64)["model"]
+    assert vllm_layers.local_model(dict(reversed(list(llama.items()))), "bfloat16", 64)["model"] == first
+    assert vllm_layers.local_model({**llama, "num_attention_heads": 8}, "bfloat16", 64)["model"] != first
+    assert json.loads((tmp_path / "attnref-vllm-models" / os.path.basename(first) / "config.json").read_text()) == llama
+    assert sorted(p.name for p in (tmp_path / "attnref-vllm-models").iterdir()) == sorted(
+        {os.path.basename(first), os.path.basename(vllm_layers.local_model({**llama, "num_attention_heads": 8},
+                                                                           "bfloat16", 64)["model"])})
