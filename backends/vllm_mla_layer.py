@@ -55,8 +55,8 @@ ZERO_DIMS = tuple((pair, (nope, rank)) for pair, (rank, nope, _, _) in MLA_SHAPE
 # config with max_model_len 16 and max_num_seqs the batch's size (determine_chunked_prefill_workspace_size:
 # max(8 x 16, 4 x max_num_seqs x block size) tokens, 128 to 1,024): the context gathered in several chunks, merged by
 # LSE. A batch never has more requests than max_num_seqs: FLASHMLA's fp8 decode copies its tile scheduler's splits
-# into a CUDA-graph buffer of max_num_seqs + 1 (1,422 of 1,422 fp8 batches of 2-4 requests failed its assertion
-# with max_num_seqs 1, vllm/mla-layers-flashinfer-h200-2026-11-26.md)
+# into a CUDA-graph buffer of max_num_seqs + 1 (under max_num_seqs 1, 1,420 fp8 rows failed its assertion on an H200,
+# every one with 2-4 requests and the small workspace; none after: vllm/mla-layers-flashinfer-h200-2026-11-26.md)
 WORKSPACES = {"vllm": (1 << 17, 256), "small": (16, None)}  # (max_model_len, max_num_seqs; None: the batch's size)
 
 
@@ -145,8 +145,9 @@ class MLALayerBackend(Backend):
         kvd = KV_DTYPE_STRINGS[case.kv_cache_dtype]
         backend_cls = getattr(importlib.import_module(self.backend_module), self.cls)
         dynamic = case.cache.quant.dynamic_scales
-        cfg = _config(heads, shape, case.dtype.value, case.cache.block_size, kvd,
-                      case.encoding("context_workspace", "vllm"), dynamic, len(case.sequences))
+        workspace = case.encoding("context_workspace", "vllm")
+        seqs = len(case.sequences) if WORKSPACES[workspace][1] is None else 0  # a config per batch size where it counts
+        cfg = _config(heads, shape, case.dtype.value, case.cache.block_size, kvd, workspace, dynamic, seqs)
         proj = exact_projections(heads, nope, v_head, case.seed)
         order = runner_order(case, self.threshold)
         tokens = token_order(case, order).to(dev)

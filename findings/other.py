@@ -173,7 +173,7 @@ HARNESS = (
     Entry("vllm-mla-layer-small-workspace-seqs", Kind.HARNESS, VLLM, "attnref's vllm-layer-flashmla (small workspace)",
           "The small chunked-prefill workspace came from a config with max_num_seqs 1, and batches of 2-4 requests "
           "ran under it: FLASHMLA's fp8 decode copies its splits into a CUDA-graph buffer of max_num_seqs + 1 and "
-          "asserts, 1,422 of 1,422 such fp8 rows. The config now takes the batch's size (vllm_mla_layer.WORKSPACES); "
+          "asserts: 1,420 fp8 rows, every one with 2-4 requests and the small workspace. The config now takes the batch's size (vllm_mla_layer.WORKSPACES); "
           "the case stays as a regression case.",
           ("vllm-layer-flashmla-fp8-small-workspace-batch.json",), LAYERS, device="H200", status="fixed in attnref"),
     Entry("vllm-flashinfer-cascade-drawn", Kind.HARNESS, VLLM, "attnref's vllm-backend-flashinfer (cascade encoding)",
