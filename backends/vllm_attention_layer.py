@@ -34,7 +34,7 @@ from reference.inputs import Inputs
 
 from . import spellings
 from .base import Backend, Feature
-from .vllm_layers import LAYER, vllm_layer_backends
+from .vllm_layers import LAYER, outputs_of, vllm_layer_backends
 
 
 # impl.supports_quant_query_input on an sm90 GPU with an fp8 cache: TRITON_ATTN on any CUDA device; FLASHINFER only on
@@ -81,16 +81,10 @@ class _UnderTheLayer:
         n = case.num_tokens
         layer.kv_cache = kv_cache  # bind_kv_cache
         slots = {LAYER: inputs.slot_mapping[:n].to(inputs.device)}
-        quantized = []  # the query QuantFP8 hands the impl: its ties are the layer's to decide (fuzz.cache_write)
-        hook = None if layer.query_quant is None else layer.query_quant.register_forward_hook(
-            lambda module, args, result: quantized.append(result[0]))
-        try:
-            with set_forward_context({LAYER: metadata}, cfg, slot_mapping=slots):
-                out = layer(inputs.query, inputs.key[:n], inputs.value[:n])
-        finally:
-            if hook is not None:
-                hook.remove()
-        query_fp8 = quantized[0].reshape(n, case.num_heads, case.head_size) if quantized else None
+        # the query QuantFP8 hands the impl, (fp8 query, scale): its ties are the layer's to decide (fuzz.cache_write)
+        with outputs_of(layer.query_quant) as quantized, set_forward_context({LAYER: metadata}, cfg, slot_mapping=slots):
+            out = layer(inputs.query, inputs.key[:n], inputs.value[:n])
+        query_fp8 = quantized[0][0].reshape(n, case.num_heads, case.head_size) if quantized else None
         return out.view(n, case.num_heads, case.value_size), None, query_fp8
 
 

@@ -3,6 +3,7 @@ token rows in that order, and the CommonAttentionMetadata the builders read."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import torch
 
@@ -57,8 +58,6 @@ def common_metadata(inputs: Inputs, order: list[int] | None = None):
 def in_runner_order(inputs: Inputs, order: list[int]) -> tuple[Inputs, torch.Tensor]:
     """The step's token rows (query, new keys and values, their slots; padding rows stay last) with the sequences in
     `order`, and the flat token indices that took each row (`from_runner_order` puts a result back)."""
-    from dataclasses import replace
-
     case, n = inputs.case, inputs.case.num_tokens
     tokens = token_order(case, order)
 

@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import lru_cache
 
@@ -243,6 +244,19 @@ class LayerBackend(Backend):
     def repro_kernel(self, case) -> str | None:
         return whole(case, self.module, self.cls, self.zeroed_cache, cascade_prefix(case),
                      KV_DTYPE_STRINGS[case.kv_cache_dtype], layer=self.under_the_layer)
+
+
+@contextmanager
+def outputs_of(module):
+    """The outputs `module` returns while the block runs (a forward hook, removed after; None: nothing to watch): how
+    the layers hand back the fp8 query they quantize themselves."""
+    seen: list = []
+    hook = None if module is None else module.register_forward_hook(lambda m, args, result: seen.append(result))
+    try:
+        yield seen
+    finally:
+        if hook is not None:
+            hook.remove()
 
 
 def layer_scales(layer) -> dict:

@@ -41,7 +41,7 @@ from .mla_projections import exact_projections
 from .vllm import F16
 from .vllm_attention_layer import _load_scales
 from .vllm_batch import common_metadata, runner_order, token_order
-from .vllm_layers import KV_DTYPE_STRINGS, LAYER, local_model, whole_backend_reason
+from .vllm_layers import KV_DTYPE_STRINGS, LAYER, layer_scales, local_model, outputs_of, whole_backend_reason
 
 # (head_size, value_size) of the case -> (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
 MLA_SHAPES = {(576, 128): (512, 128, 64, 128),  # DeepSeek V2 / V3
@@ -180,14 +180,11 @@ class MLALayerBackend(Backend):
             q = torch.cat([proj.uk.spread(q_latent[..., :nope]), q_latent[..., rank:]], dim=-1)
             new = torch.cat([inputs.key[:n][tokens], torch.zeros_like(inputs.key[n:])])[:, 0]  # [tokens + pad, R + P]
             slots = torch.cat([inputs.slot_mapping[:n].to(dev)[tokens], inputs.slot_mapping[n:].to(dev)])
-            quantized = []  # the absorbed decode query the layer quantizes itself: its ties are its own (fuzz.cache_write)
-            hook = layer._decode_concat_quant_fp8_op.register_forward_hook(lambda m, a, result: quantized.append(result))
-            try:
-                with set_forward_context({LAYER: metadata}, cfg, slot_mapping={LAYER: slots}):
-                    out = layer(q.contiguous(), new[:, :rank].contiguous(), new[:, None, rank:].contiguous(),
-                                output_shape=torch.Size([n + pad, heads * v_head]))
-            finally:
-                hook.remove()
+            # the absorbed decode query the layer quantizes itself: its ties are its own (fuzz.cache_write)
+            with outputs_of(layer._decode_concat_quant_fp8_op) as quantized, \
+                    set_forward_context({LAYER: metadata}, cfg, slot_mapping={LAYER: slots}):
+                out = layer(q.contiguous(), new[:, :rank].contiguous(), new[:, None, rank:].contiguous(),
+                            output_shape=torch.Size([n + pad, heads * v_head]))
         latent = proj.uv.gather(out[:n].view(n, heads, v_head))
         output = torch.empty_like(latent)
         output[tokens] = latent
@@ -195,8 +192,8 @@ class MLALayerBackend(Backend):
         if quantized and quantized[0].shape[0] >= n:  # an fp8 batch decodes whole (not_supported_reasons)
             query_fp8 = torch.empty_like(quantized[0][:n])
             query_fp8[tokens] = quantized[0][:n]
-        if dynamic:  # the latent's one scale, as calc_kv_scales computed it
-            scale = layer._k_scale.detach().float().cpu().reshape(1)
+        if dynamic:  # the latent's one scale (the key's), as calc_kv_scales computed it
+            scale = layer_scales(layer)["k_scale"]
             cache = replace(cache, k_scale=scale, v_scale=scale)
         return Actual(output=output, written_cache=cache, query_fp8=query_fp8)
 

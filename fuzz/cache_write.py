@@ -89,16 +89,17 @@ def judge_int4_write(expected_cache, written) -> list[Symptom]:
                                                    f"the oracle's at {n} elements (first at {first}, worst {worst:.3g} quanta)")
 
 
-def _judge_elements(expected_cache, written, compare, describe) -> list[Symptom]:
-    """A per-token-head cache write judged element by element: `compare(want codes, got codes, want scales, got
-    scales, 0 for the keys or 1 for the values) -> (bad mask, distance)` over both with their scale caches; one
-    cache-write symptom worded by `describe(bad elements, first bad index, worst distance)`."""
+def _judge_elements(expected_cache, written, compare, describe, scales=("k_token_scales", "v_token_scales")) -> list[Symptom]:
+    """A cache write judged element by element: `compare(want codes, got codes, want scales, got scales, 0 for the
+    keys or 1 for the values) -> (bad mask, distance)` over both with the scales named in `scales` (per-token-head
+    scale caches, or the per-tensor `k_scale` / `v_scale`); one cache-write symptom worded by
+    `describe(bad elements, first bad index, worst distance)`."""
     bad_total, first, worst = 0, None, 0.0
-    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), "k_token_scales"),
-             (expected_cache.paged.value_view(), written.paged.value_view(), "v_token_scales"))
+    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), scales[0]),
+             (expected_cache.paged.value_view(), written.paged.value_view(), scales[1]))
     for which, (want_codes, got_codes, name) in enumerate(pairs):
         want_scales = getattr(expected_cache, name).detach().cpu()
-        got_scales = written.scale_caches[name].detach().cpu()
+        got_scales = getattr(written, name).detach().cpu()
         if want_codes.shape != got_codes.shape or want_scales.shape != got_scales.shape:
             return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got_codes.shape)}, "
                                                              f"expected {tuple(want_codes.shape)}")]
@@ -210,25 +211,16 @@ def judge_fp8_tensor_write(expected_cache, written, unquantized: tuple[Tensor, T
     one-key rows of vllm-layer-triton's dynamic scales were one code step at the largest |v| or |k|
     (vllm/mla-layers-flashinfer-h200-2026-11-26.md)."""
     fmt = expected_cache.kv_cache_dtype
-    bad_total, first, worst = 0, None, 0.0
-    pairs = ((expected_cache.paged.key_view(), written.paged.key_view(), expected_cache.k_scale, unquantized[0]),
-             (expected_cache.paged.value_view(), written.paged.value_view(), expected_cache.v_scale, unquantized[1]))
-    for want, got, scale, raw in pairs:
-        if want.shape != got.shape:
-            return [Symptom(Verdict.CONTRACT, "cache-write", f"written cache shape {tuple(got.shape)}, "
-                                                             f"expected {tuple(want.shape)}")]
-        quotient = raw.reshape(want.shape) / scale.detach().cpu().double().reshape(1, 1, -1, *[1] * (want.dim() - 3))
-        bad, off = tie_flips(want.detach().cpu(), got.detach().cpu(), quotient, fmt)
-        if bool(bad.any()):
-            bad_total += int(bad.sum())
-            worst = max(worst, float(off[bad].nan_to_num(float("inf")).max()))
-            first = first or tuple(int(x) for x in bad.nonzero()[0])
-    if not bad_total:
-        return []
-    return [Symptom(Verdict.CONTRACT, "cache-write", f"the written cache differs from the oracle's at {bad_total} "
-                                                     f"elements by more than a rounding tie (a code whose exact quotient "
-                                                     f"is not within {TIE_RTOL:.2g} of the midpoint; first at {first}, "
-                                                     f"worst {worst:.3g} steps)")]
+
+    def flips(want_codes, got_codes, want_scale, got_scale, which):
+        per_head = want_scale.double().reshape(1, 1, -1, *[1] * (want_codes.dim() - 3))
+        return tie_flips(want_codes, got_codes, unquantized[which].reshape(want_codes.shape) / per_head, fmt)
+
+    return _judge_elements(expected_cache, written, flips,
+                           lambda n, first, worst: f"the written cache differs from the oracle's at {n} elements by "
+                                                   f"more than a rounding tie (a code whose exact quotient is not within "
+                                                   f"{TIE_RTOL:.2g} of the midpoint; first at {first}, worst {worst:.3g} "
+                                                   f"steps)", scales=("k_scale", "v_scale"))
 
 
 def judge_query_quant(inputs: Inputs, query_fp8: Tensor) -> list[Symptom]:
@@ -250,13 +242,19 @@ def judge_query_quant(inputs: Inputs, query_fp8: Tensor) -> list[Symptom]:
                                                      f"at {first}, worst {float(off[bad].nan_to_num(float('inf')).max()):.3g} steps)")]
 
 
+def scales_computed(case) -> bool:
+    """Whether the case's cache writer computes its own scales (per-token-head formats; fp8 with calc_kv_scales'
+    dynamic scales): its codes may then differ from the oracle's at ties, and the attention is judged over them."""
+    kvd = case.kv_cache_dtype
+    return kvd.is_per_token_head or (kvd.is_fp8 and case.cache is not None and case.cache.quant.dynamic_scales)
+
+
 def raw_by_slot(inputs: Inputs) -> tuple[Tensor, Tensor] | None:
     """Every cached token's key and value before quantization (float64) at its cache slot, [nb, bs, H_kv, D]
     (NaN where no token is cached): what a writer that computes its scales divides by them (per-token-head
     formats, fp8 with calc_kv_scales' dynamic scales). None for other caches, whose writes are judged byte for byte."""
     cache, case = inputs.cache, inputs.case
-    computed = case.kv_cache_dtype.is_per_token_head or (case.kv_cache_dtype.is_fp8 and case.cache.quant.dynamic_scales)
-    if cache is None or inputs.block_table is None or not computed:
+    if cache is None or inputs.block_table is None or not scales_computed(case):
         return None
     nb, bs = cache.paged.num_blocks, cache.paged.block_size
     k = torch.full((nb, bs, case.num_kv_heads, case.head_size), float("nan"), dtype=torch.float64)

@@ -33,6 +33,7 @@ from reference.one_key import key_changes
 from reference.packed import PackedLayout, PackedScores, pack_scores, packable, packed_baseline
 
 from .blind import shift_by_one_key
+from .cache_write import scales_computed
 from .judge import Verdict, judge
 from .summary import judge_on_device
 from .tolerance import baseline_dtype
@@ -117,8 +118,7 @@ def attended_writes(case: Case, actual: Actual) -> dict:
     """The Inputs fields the kernel attended over that its library wrote with scales of its own computing (its
     per-token-head or dynamically scaled fp8 cache, its fp8 query): replaced in the oracle's inputs when given."""
     out = {}
-    computed = case.kv_cache_dtype.is_per_token_head or (case.cache is not None and case.cache.quant.dynamic_scales)
-    if actual.written_cache is not None and computed:
+    if actual.written_cache is not None and scales_computed(case):
         out["cache"] = actual.written_cache
     if actual.query_fp8 is not None and case.cache is not None and case.cache.quant.q_fp8_scale is not None:
         out["query_fp8"] = actual.query_fp8.reshape(case.num_tokens, case.num_heads, -1)
