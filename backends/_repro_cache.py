@@ -7,7 +7,7 @@ the kernel reads: stored x scale.
 """
 from __future__ import annotations
 
-from reference.case import Case, KVCacheDType
+from reference.case import Case, KVCacheDType, KVLayout
 from reference.int4 import SIGN_SEED
 from reference.quant import FP8_MAX, K_RANGE, Q_RANGE, TOKEN_HEAD_MAX, TOKEN_HEAD_MIN_SCALE, V_RANGE
 
@@ -165,7 +165,9 @@ def storage(case: Case) -> str:
             scales = ["    def dynamic(x, value_range):  # amax / range, divided in float32 as the layer does (1 for all zeros)",
                       "        amax = x.abs().max().float()",
                       "        return torch.where(amax > 0, amax / torch.tensor(value_range), torch.tensor(1.0)).reshape(1)",
-                      f"    k_scale, v_scale = dynamic(torch.cat(ks){_amax_dims(quant)}, {K_RANGE}), dynamic(torch.cat(vs), {V_RANGE})"]
+                      f"    k_scale = dynamic(torch.cat(ks){_amax_dims(quant)}, {K_RANGE})",
+                      "    v_scale = k_scale  # one latent tensor, one scale" if case.cache.layout == KVLayout.MLA_LATENT
+                      else f"    v_scale = dynamic(torch.cat(vs), {V_RANGE})"]
         else:
             scales = [f"    k_scale = torch.tensor({list(quant.k_scales)!r})  # one, or one per kv head",
                       f"    v_scale = torch.tensor({list(quant.v_scales)!r})"]

@@ -101,6 +101,10 @@ class Capabilities:
     # (most queries, one length): an fp8 cache is read only by batches the backend's decode path takes whole (queries
     # of at most that many tokens, all of one length when True); fp8 cases are drawn so (vLLM's MLA layer)
     fp8_decode_batches: tuple[int, bool] | None = None
+    # n: the backend quantizes the query of an fp8 cache's prefills to fp8 itself and keeps its decodes' (queries of at
+    # most n tokens) 16-bit; the Case's fp8 query is the whole query's, so fp8 cases come all decode without one and
+    # all prefill with one (vLLM's FLASHINFER on sm90: get_q_data_type)
+    fp8_query_prefills: int | None = None
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
     # ((head_size, value_size), (start, end)): cases of that size pair come with the query's dimensions [start, end)
     # 0 (Values.query_zero_dims; an MLA layer's absorbed query spans qk_nope of its latent dimensions)
@@ -204,6 +208,8 @@ class Capabilities:
                        f"{sorted(x.value for x in self.kv_cache_dtypes)})")
         if q.kv_cache_dtype.is_fp8 and self.fp8_query_only and q.q_fp8_scale is None:
             out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} without an fp8 query (q_fp8_scale): declared fp8_query_only")
+        if q.kv_cache_dtype.is_fp8 and self.fp8_query_prefills is not None:
+            out += _split_query_reasons(case, self.fp8_query_prefills)
         if q.kv_cache_dtype.is_fp8 and self.fp8_model_dtypes is not None and case.dtype not in self.fp8_model_dtypes:
             out.append(f"kv_cache_dtype={q.kv_cache_dtype.value} with dtype={case.dtype.value} (fp8 declared with: "
                        f"{sorted(d.value for d in self.fp8_model_dtypes)})")
@@ -218,6 +224,18 @@ class Capabilities:
             out.append("dynamic_scales with cached context: calc_kv_scales sets the scales in the first forward, the "
                        "one that stored the context (declared dynamic_scales_first_forward)")
         return out
+
+
+def _split_query_reasons(case: Case, decode_len: int) -> list[str]:
+    """Why an fp8 case does not fit a backend that quantizes its prefills' queries only (fp8_query_prefills)."""
+    lens = [s.query_len for s in case.sequences if s.query_len] or [0]
+    if case.cache.quant.q_fp8_scale is None and max(lens) > decode_len:
+        return [f"an fp8 cache with a query of more than {decode_len} tokens and no fp8 query (q_fp8_scale): the "
+                "backend quantizes a prefill's query to fp8"]
+    if case.cache.quant.q_fp8_scale is not None and min(lens) <= decode_len:
+        return [f"an fp8 query (q_fp8_scale) with a query of at most {decode_len} tokens: the backend keeps a "
+                "decode's query 16-bit"]
+    return []
 
 
 def _feature_of(name: str) -> Feature | None:
@@ -275,6 +293,14 @@ class Backend:
     def availability(self) -> str | None:
         """None when usable here, else the reason (missing library, no GPU, ...)."""
         return None
+
+    @property
+    def documented_caps(self) -> Capabilities:
+        """What the library documents; `caps` is what this device takes of it (narrower where the library refuses
+        part of it on this hardware, `device_out_reason` says why)."""
+        return self.caps
+
+    device_out_reason: str | None = None
 
     def device(self) -> str:
         return sorted(self.caps.devices)[0] if self.caps.devices != frozenset({"cpu", "cuda"}) else (

@@ -38,7 +38,8 @@ from .vllm_layers import LAYER, outputs_of, vllm_layer_backends
 
 
 # impl.supports_quant_query_input on an sm90 GPU with an fp8 cache: TRITON_ATTN on any CUDA device; FLASHINFER only on
-# SM100's trtllm-gen (vllm/v1/attention/backends/triton_attn.py, flashinfer.py)
+# SM100's trtllm-gen (vllm/v1/attention/backends/triton_attn.py, flashinfer.py). FLASHINFER's impl quantizes its
+# prefills' queries itself on sm90 (vllm_layers.on_sm90).
 QUANTIZES_QUERY = frozenset({"TritonAttentionBackend"})
 
 
@@ -101,7 +102,7 @@ def vllm_attention_layer_backends() -> list[Backend]:
     out = []
     for whole in vllm_layer_backends():
         name = whole.name.replace("vllm-backend-", "vllm-layer-")
-        caps = replace(whole.caps, writes_output_buffer=False)  # the layer allocates its output
+        caps = replace(whole.documented_caps, writes_output_buffer=False)  # the layer allocates its output
         if KVCacheDType.FP8_E4M3 in caps.kv_cache_dtypes:  # calc_kv_scales on fp8 per-tensor caches
             caps = replace(caps, features=caps.features | {Feature.DYNAMIC_SCALES}, dynamic_scales_first_forward=True)
             if whole.cls in QUANTIZES_QUERY:  # the layer hands the impl an fp8 (e4m3) query

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import tempfile
 from contextlib import contextmanager
@@ -38,7 +39,7 @@ from reference.case import AlibiConvention, AttentionType, BlockTableKind, Causa
 from reference.inputs import Inputs, KVCache, slots_for
 
 from . import spellings
-from .vllm_batch import common_metadata, from_runner_order, in_runner_order, runner_order
+from .vllm_batch import common_metadata, from_runner_order, in_runner_order, runner_order, token_order
 from .vllm_layers_repro import cascade_prefix, whole
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
@@ -96,7 +97,7 @@ def whole_backend_reason(module: str) -> str | None:
     return cuda_library_reason(module, "vllm")
 
 
-def _layer(impl, k_scale: float, v_scale: float, dev):
+def _layer(impl, k_scale: float, v_scale: float, q_scale: float, dev):
     """The Attention layer as forward and the builders see it: the impl and its scales (model loading
     would make it; only these attributes are read)."""
     from vllm.model_executor.layers.attention.attention import Attention
@@ -104,7 +105,7 @@ def _layer(impl, k_scale: float, v_scale: float, dev):
     layer = Attention.__new__(Attention)
     torch.nn.Module.__init__(layer)
     layer.impl = impl
-    for name, value in (("_k_scale", k_scale), ("_v_scale", v_scale), ("_q_scale", 1.0)):
+    for name, value in (("_k_scale", k_scale), ("_v_scale", v_scale), ("_q_scale", q_scale)):
         setattr(layer, name, torch.tensor([value], dtype=torch.float32, device=dev))
         setattr(layer, name + "_float", value)
     layer.layer_name = LAYER
@@ -206,7 +207,9 @@ class LayerBackend(Backend):
     def _build_layer(self, backend_cls, cfg, case, inputs: Inputs):
         """The impl on a stand-in layer holding the case's scales, registered where the builders look."""
         impl = self._impl(backend_cls, case, inputs)
-        layer = _layer(impl, float(inputs.cache.k_scale[0]), float(inputs.cache.v_scale[0]), inputs.device)
+        q_scale = case.cache.quant.q_fp8_scale  # an impl that quantizes the query itself reads the layer's
+        layer = _layer(impl, float(inputs.cache.k_scale[0]), float(inputs.cache.v_scale[0]),
+                       1.0 if q_scale is None else q_scale, inputs.device)
         cfg.compilation_config.static_forward_context[LAYER] = layer
         return layer
 
@@ -330,10 +333,17 @@ def vllm_layer_backends() -> list[Backend]:
     # decode differ; 2 of 2 fp8 cascade rows on the H200, vllm/mla-layers-flashinfer-h200-2026-11-26.md). On an sm90
     # machine without NVIDIA's artifactory (this one) the XQA / trtllm-gen paths are off: FlashInfer's own decode and
     # prefill wrappers.
+    # An fp8 cache's prefills read an fp8 query, its decodes a 16-bit one: get_q_data_type gives the prefill wrapper
+    # the cache's fp8 dtype and the decode wrapper the model's (sm90, where attnref measures it), and the impl quantizes
+    # the prefills' queries with the layer's q scale (maybe_quant_query). Undeclared, 5,701 of 5,854 e4m3 rows with a
+    # prefill mismatched, none of 4,768 decode-only ones (vllm/flashinfer-sm90-h200-2026-11-26.md). The fp8 query is
+    # drawn for e4m3 caches only: over e5m2 every prefill fails (catalog vllm-flashinfer-e5m2-prefill-query), so e5m2
+    # cases come all decode.
     flashinfer = replace(_BASE, head_sizes=(64, 128, 256),
-                         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.CONTEXT}),
+                         features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.CONTEXT,
+                                             Feature.Q_FP8}),
                          kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
-                         block_tables=frozenset(BlockTableKind))
+                         block_tables=frozenset(BlockTableKind), fp8_query_prefills=1)
     flashinfer_whole = _FlashInferLayer(
         "vllm-backend-flashinfer", "vllm.v1.attention.backends.flashinfer", "FlashInferBackend", flashinfer,
         "vLLM FLASHINFER whole: metadata builder (plans FlashInfer's prefill / decode / cascade wrappers), "
@@ -380,12 +390,75 @@ class _FlashInferLayer(_FlashLayer):
         return (case.dtype.value, case.kv_cache_dtype.value, case.head_size, case.soft_cap is not None,
                 spellings.sliding_window(case) is not None, any(decodes), not all(decodes))
 
+    @property
+    def caps(self) -> Capabilities:
+        """The declaration as an sm90 GPU takes it (`on_sm90`) there, else as documented."""
+        return on_sm90(self.declared) if _sm90() else self.declared
+
+    @caps.setter
+    def caps(self, value: Capabilities) -> None:
+        self.declared = value
+
+    @property
+    def documented_caps(self) -> Capabilities:
+        return self.declared
+
+    @property
+    def device_out_reason(self) -> str | None:
+        return SM90_WINDOW if _sm90() else None
+
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
         if spellings.sliding_window(case) is not None and _sm90():
-            reasons.append("a sliding window on an sm90 GPU: vLLM's FLASHINFER builder refuses it ('FlashInfer backend "
-                           "on SM90 currently crashes with sliding-window attention layers')")
+            reasons.append(SM90_WINDOW)
         return reasons
+
+    def run(self, inputs: Inputs) -> Actual:
+        """With the fp8 query the impl quantized for its prefills (custom_ops.scaled_fp8_quant in
+        maybe_quant_query): its ties are the impl's to decide (fuzz.cache_write)."""
+        from vllm import _custom_ops
+
+        case = inputs.case
+        with results_of(_custom_ops, "scaled_fp8_quant") as quantized:
+            actual = super().run(inputs)
+        shape = (case.num_tokens, case.num_heads, case.head_size)
+        queries = [q for q, _ in quantized if q.numel() == math.prod(shape)]
+        if actual.query_fp8 is None and queries:  # quantized in the runner's order
+            tokens = token_order(case, runner_order(case, self.reorder_threshold))
+            actual.query_fp8 = from_runner_order(queries[0].reshape(shape), tokens)
+        return actual
+
+
+SM90_WINDOW = ("a sliding window on an sm90 GPU: vLLM's FLASHINFER builder refuses it ('FlashInfer backend on SM90 "
+               "currently crashes with sliding-window attention layers', flashinfer issue #3578)")
+
+
+def on_sm90(caps: Capabilities) -> Capabilities:
+    """FLASHINFER's declaration on an sm90 GPU: no sliding window. Its builder refuses every one, so neither a window
+    nor an unbounded one spelled as a number is drawn there (run B of vllm/mla-layers-flashinfer-h200-2026-11-26.md:
+    230 of 300 drawn cases had one, 273 of 308 rows were refusals)."""
+    encodings = tuple((name, (spellings.NONE,)) if name == spellings.UNBOUNDED_WINDOW else (name, values)
+                      for name, values in caps.encodings)
+    return replace(caps, features=caps.features - {Feature.WINDOW}, encodings=encodings)
+
+
+@contextmanager
+def results_of(owner, name: str):
+    """What `owner.name` (a module's function) returns while the block runs: the attribute wrapped, restored after;
+    for a quantization a library calls by its module attribute rather than through a torch module."""
+    seen: list = []
+    original = getattr(owner, name)
+
+    def recorded(*args, **kwargs):
+        result = original(*args, **kwargs)
+        seen.append(result)
+        return result
+
+    setattr(owner, name, recorded)
+    try:
+        yield seen
+    finally:
+        setattr(owner, name, original)
 
 
 @lru_cache(maxsize=1)

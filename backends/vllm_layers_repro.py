@@ -89,7 +89,9 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
         # fp8 per tensor: the case's scales, as the checkpoint gives them (per-token-head writers compute their own)
         per_tensor = CACHE_DTYPE.startswith("fp8") and not CACHE_DTYPE.endswith("per_token_head")
         scales = (float(k_scales[0].reshape(-1)[0]), float(v_scales[0].reshape(-1)[0])) if per_tensor else (1.0, 1.0)
-        for name, value in zip(("_k_scale", "_v_scale", "_q_scale"), scales + (1.0,)):
+        # an impl that quantizes the query itself (FLASHINFER's prefills on sm90) reads the layer's q scale
+        q_scale = Q_FP8_SCALE if per_tensor and Q_FP8_SCALE is not None else 1.0
+        for name, value in zip(("_k_scale", "_v_scale", "_q_scale"), scales + (q_scale,)):
             setattr(layer, name, torch.tensor([value], dtype=torch.float32, device=DEVICE))
             setattr(layer, name + "_float", value)
         cfg.compilation_config.static_forward_context["{LAYER}"] = layer
@@ -115,10 +117,10 @@ def kernel(q, ks, vs, k_scales=None, v_scales=None):
         slots = [table[i, torch.arange(kv_len, device=DEVICE) // BLOCK].long() * BLOCK
                  + torch.arange(kv_len, device=DEVICE) % BLOCK for i, (_, kv_len, _) in enumerate(SEQS)]
         context = [kv_len - q_len for q_len, kv_len, _ in SEQS]
-        # the context was stored in earlier steps, then this step's new tokens
-        impl.do_kv_cache_update(layer, torch.cat([k[:c] for k, c in zip(ks, context)]),
-                                torch.cat([v[:c] for v, c in zip(vs, context)]), kv_cache,
-                                torch.cat([s[:c] for s, c in zip(slots, context)]))
+        if any(context):  # the context was stored in earlier steps, then this step's new tokens
+            impl.do_kv_cache_update(layer, torch.cat([k[:c] for k, c in zip(ks, context)]),
+                                    torch.cat([v[:c] for v, c in zip(vs, context)]), kv_cache,
+                                    torch.cat([s[:c] for s, c in zip(slots, context)]))
         k_new = torch.cat([k[c:] for k, c in zip(ks, context)])
         v_new = torch.cat([v[c:] for v, c in zip(vs, context)])
         new_slots = torch.cat([s[c:] for s, c in zip(slots, context)])

@@ -42,6 +42,7 @@ from .vllm import F16
 from .vllm_attention_layer import _load_scales
 from .vllm_batch import common_metadata, runner_order, token_order
 from .vllm_layers import KV_DTYPE_STRINGS, LAYER, layer_scales, local_model, outputs_of, whole_backend_reason
+from .vllm_mla_layer_repro import layer as layer_script
 
 # (head_size, value_size) of the case -> (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
 MLA_SHAPES = {(576, 128): (512, 128, 64, 128),  # DeepSeek V2 / V3
@@ -121,6 +122,18 @@ class MLALayerBackend(Backend):
 
     def availability(self) -> str | None:
         return whole_backend_reason(self.backend_module)
+
+    # fp8 caches: the script hands the layer the unquantized latents (and the case's scale); the layer's writer
+    # quantizes them (backends/vllm_mla_layer_repro.py)
+    repro_quantized = True
+    repro_writes_cache = True
+
+    def repro_kernel(self, case) -> str | None:
+        workspace = case.encoding("context_workspace", "vllm")
+        max_model_len, max_num_seqs = WORKSPACES[workspace]
+        return layer_script(case, self.backend_module, self.cls, runner_order(case, self.threshold),
+                            MLA_SHAPES[(case.head_size, case.value_size)],
+                            (max_model_len, max_num_seqs or len(case.sequences)), KV_DTYPE_STRINGS[case.kv_cache_dtype])
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)

@@ -16,9 +16,10 @@ from .compiles import key_text
 KERNEL_ONLY = frozenset({"paged_kernel", "top_left", "more_queries_than_keys"})
 
 
-def declarations(backend) -> dict[str, list[str]]:
-    """What a backend declares, per coverage dimension (written by the campaign, read by the report)."""
-    c = backend.caps
+def declarations(backend, caps=None) -> dict[str, list[str]]:
+    """What a backend declares, per coverage dimension (written by the campaign, read by the report); `caps`: a
+    declaration other than the backend's here (its documented one)."""
+    c = backend.caps if caps is None else caps
     features = {f.value for f in c.features}
     if c.kv_layouts:
         features |= {"paged"} | {f"kv_{k.value}" for k in c.kv_cache_dtypes if k.value != "auto"}
@@ -73,6 +74,16 @@ def write_declarations(out: Path, backends: list, limits: Limits = Limits()) -> 
     for b in backends:
         declared = declarations(b)
         focused = focused_out(declared, limits)
+        # values the library documents that this device refuses: declared, outside the campaign's reach (not blind
+        # spots), with the reason
+        documented = declarations(b, b.documented_caps)
+        device_out = {dim: [v for v in values if v not in declared.get(dim, [])] for dim, values in documented.items()}
+        device_out = {dim: values for dim, values in device_out.items() if values}
+        if device_out:
+            declared = documented
+            focused = {dim: sorted(set(focused.get(dim, [])) | set(device_out.get(dim, [])))
+                       for dim in set(focused) | set(device_out)}
+            declared["_device_out"] = {"values": device_out, "why": b.device_out_reason}
         keys = compile_keys(b)
         if keys:
             declared["compile_key"] = keys

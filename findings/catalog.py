@@ -14,6 +14,7 @@ VLLM_KERNELS = "vllm/kernels-h100-2026-11-23.md"
 VLLM_WHOLE = "vllm/whole-backends-h100-2026-11-23.md"
 VLLM_RULES = "vllm/mask-rules-fa4-h100-2026-11-23.md"
 VLLM_MLA = "vllm/mla-h100-2026-11-25.md"
+FI_SM90 = "vllm/flashinfer-sm90-h200-2026-11-26.md"
 UNTOLD = "reach/untold-h100-2026-11-25.md"
 REACH = "reach/spellings-raw-regions-h100-2026-11-25.md"
 
@@ -241,4 +242,17 @@ VLLM_ROWS = (
           "(vllm-layer-flash-attn-mla, H200): 1,449 of 6,350 batches with more than 64 query rows, and none below.",
           ("vllm-fa3-mla-canary-nan.json", "vllm-fa3-mla-canary-nan-seven-heads.json",
            "vllm-layer-flash-attn-mla-canary-nan.json"), VLLM_MLA),
+    Entry("vllm-flashinfer-e5m2-prefill-query", D, VLLM,
+          "FlashInferImpl.forward on sm90 (get_q_data_type, maybe_quant_query), fp8_e5m2 cache",
+          "With an fp8_e5m2 KV cache every batch with a prefill fails: the builder plans the prefill wrapper with "
+          "q_data_type float8_e5m2 (the cache's dtype), the impl quantizes the prefill's query with scaled_fp8_quant, "
+          "which makes float8_e4m3fn, and FlashInfer's run raises 'The dtype of q torch.float8_e4m3fn does not match "
+          "the q_data_type torch.float8_e5m2'. Whole and under vLLM's layer, 1,190 of the 1,193 e5m2 rows with a "
+          "prefill failed so (3 hit the 240-s example timeout); none of the 1,214 decode-only e5m2 rows failed.",
+          ("vllm-backend-flashinfer-e5m2-prefill-query-dtype.json", "vllm-layer-flashinfer-e5m2-prefill-query-dtype.json"),
+          FI_SM90, device="H200",
+          moved=tuple((case, "a prefill over an e5m2 cache, which FLASHINFER's declaration no longer draws (its fp8 "
+                             "query, e4m3 only, comes with prefills)")
+                      for case in ("vllm-backend-flashinfer-e5m2-prefill-query-dtype.json",
+                                   "vllm-layer-flashinfer-e5m2-prefill-query-dtype.json"))),
 )

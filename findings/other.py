@@ -12,6 +12,7 @@ PROBES = "probes/h100-2026-11-22.txt"
 REACH = "reach/spellings-raw-regions-h100-2026-11-25.md"
 MLA_LAYER = "vllm/mla-layer-h200-2026-11-26.md"
 LAYERS = "vllm/mla-layers-flashinfer-h200-2026-11-26.md"
+FI_SM90 = "vllm/flashinfer-sm90-h200-2026-11-26.md"
 
 CONVENTIONS = (
     Entry("lse-base", C, f"{FLASHINFER}; {TORCH_CUDA}", "every API that returns an LSE",
@@ -113,9 +114,13 @@ OPEN = (
           "other, their minimal replays too. Each was the first call of a FlashInfer module its compile key had not "
           "built: a prefill after decode-only runs of the key, a cascade plan, or a new key. Decode and prefill "
           "modules are now separate JIT variants, whose first calls get the compile timeout "
-          "(tests/backends/test_vllm_batch.py); not yet re-measured.",
+          "(tests/backends/test_vllm_batch.py). Re-measured over 1,320 s (21,989 rows, the 240-s example timeout of "
+          "tools/gpu-campaign.sh): 6 timeouts, 5 of them bfloat16 batches of new keys at 379-967 s, while nvcc ran "
+          "20-60 builds; not yet told apart from a build slower than the timeout.",
           ("vllm-layer-flashinfer-timeout-prefill-after-decodes.json", "vllm-backend-flashinfer-timeout-mixed.json"),
-          LAYERS, device="H200"),
+          FI_SM90, device="H200",
+          moved=(("vllm-layer-flashinfer-timeout-prefill-after-decodes.json",
+                  "an e4m3 prefill without an fp8 query, which FLASHINFER's declaration now draws with one"),)),
     Entry("vllm-flashmla-fp8-long-queries", O, VLLM, "flash_mla_with_kvcache_fp8, 127-129 queries per sequence",
           "bfloat16, fp8 cache, large values at the tile edges: output up to 7.7x the limit and LSE off by up to "
           "6.7; the float16 rows of the same shape reached 58x. Not yet separated from the fp8 path's own rounding "
@@ -176,6 +181,15 @@ HARNESS = (
           "asserts: 1,420 fp8 rows, every one with 2-4 requests and the small workspace. The config now takes the batch's size (vllm_mla_layer.WORKSPACES); "
           "the case stays as a regression case.",
           ("vllm-layer-flashmla-fp8-small-workspace-batch.json",), LAYERS, device="H200", status="fixed in attnref"),
+    Entry("vllm-flashinfer-sm90-fp8-query", Kind.HARNESS, VLLM,
+          "attnref's vllm-backend-flashinfer and vllm-layer-flashinfer (fp8 caches on sm90)",
+          "On sm90 FLASHINFER's impl quantizes the query of an fp8 cache's prefills to fp8 with the layer's q scale "
+          "(get_q_data_type, maybe_quant_query) and keeps its decodes' 16-bit. The adapters declared no fp8 query, so "
+          "the oracle attended the 16-bit one: 5,701 of the 5,854 e4m3 rows with a prefill mismatched (up to 24,060x "
+          "the limit), none of the 4,768 decode-only rows. On sm90 fp8 caches are now drawn all prefill with an fp8 "
+          "query (the layer's q scale set, the impl's quantized query judged at ties) or all decode without one "
+          "(Capabilities.fp8_query_prefills; tests/backends/test_vllm_batch.py).",
+          ("vllm-backend-flashinfer-sm90-prefill-fp8-query.json",), FI_SM90, device="H200", status="fixed in attnref"),
     Entry("vllm-flashinfer-cascade-drawn", Kind.HARNESS, VLLM, "attnref's vllm-backend-flashinfer (cascade encoding)",
           "The adapter drew cascade plans, which vLLM 0.26's FLASHINFER builder never picks (use_cascade_attention "
           "returns False); over fp8 caches the plan fails the builder's own assertion (2 of 2 rows). FLASHINFER "

@@ -495,6 +495,10 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         most, uniform = caps.fp8_decode_batches  # the decode path's batches only: queries cut to its length
         sequences = tuple(replace(s, query_len=min(sequences[0].query_len if uniform else s.query_len, most))
                           for s in sequences)
+    if cache is not None and cache.quant.kv_cache_dtype.is_fp8 and caps.fp8_query_prefills is not None:
+        most = caps.fp8_query_prefills  # with an fp8 query every sequence a prefill, without one every one a decode
+        sequences = tuple(replace(s, query_len=max(s.query_len, most + 1) if cache.quant.q_fp8_scale is not None
+                                  else min(s.query_len, most)) for s in sequences)
     first_forward = cache is not None and cache.quant.dynamic_scales and caps.dynamic_scales_first_forward
     if first_forward:  # the first forward computes the scales and stores every key: prompts, no cached context
         sequences = tuple(replace(s, context_len=0) for s in sequences)

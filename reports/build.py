@@ -164,7 +164,7 @@ def bucket_table(rows: list[dict]) -> list[dict]:
 def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
     """Write results.parquet/.csv, tolerance.csv, coverage.csv, compile_keys.csv, junit.xml, summary.md and
     report/index.html."""
-    from .coverage import coverage_map, load_declarations, never_drawn
+    from .coverage import coverage_map, device_out, load_declarations, never_drawn
     from .figures import ratio_histograms
     from .pages import case_pages
 
@@ -180,7 +180,8 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
         pass
     tol = tolerance_table(df)
     tol.to_csv(results / "tolerance.csv", index=False)
-    coverage = coverage_map(df, load_declarations(results))
+    declared = load_declarations(results)
+    coverage = coverage_map(df, declared)
     coverage.to_csv(results / "coverage.csv", index=False)
     keys = compile_key_table(df)
     keys.to_csv(results / "compile_keys.csv", index=False)
@@ -199,7 +200,7 @@ def build_report(results: Path, out: Path | None = None) -> dict[str, Path]:
         counts=counts.reset_index().to_dict("records") if not counts.empty else [],
         verdicts=[v for v in VERDICTS if v in counts.columns] if not counts.empty else [],
         tolerance=tol.to_dict("records"), tolerance_columns=list(tol.columns),
-        coverage=_coverage_grid(coverage), compile_keys=built_over_time(keys), buckets=buckets,
+        coverage=_coverage_grid(coverage), device_out=device_out(declared), compile_keys=built_over_time(keys), buckets=buckets,
         clusters=clusters.to_dict("records"), histogram=ratio_histograms(ratios), failures=pages,
         probes=probes)
     (out / "index.html").write_text(index)

@@ -24,6 +24,12 @@ def load_declarations(results: Path) -> dict[str, dict[str, list[str]]]:
         return {}
 
 
+def device_out(declared: dict) -> list[dict]:
+    """Per backend, the documented values its device refuses (not drawn, not blind spots) and why."""
+    return [dict(backend=b, values=", ".join(f"{dim} {v}" for dim, vs in d["_device_out"]["values"].items() for v in vs),
+                 why=d["_device_out"]["why"]) for b, d in sorted(declared.items()) if "_device_out" in d]
+
+
 def _values(df: pd.DataFrame, dimension: str) -> pd.Series:
     """Per generated row, the list of values it has in `dimension`."""
     if dimension in ("feature", "encoding"):

@@ -36,7 +36,7 @@ run_one() {
   # vLLM's backends driven whole need its config code's packages (tools/stage-vllm.sh: /tmp/vdeps), last on the path
   local path=$PYTHONPATH
   case $(basename "$1") in
-    *vllm-backend-*|*vllm-fa4-*) path=$PYTHONPATH:/tmp/vdeps ;;
+    *vllm-backend-*|*vllm-layer-*|*vllm-fa4-*) path=$PYTHONPATH:/tmp/vdeps ;;
     # xformers imports any flash_attn as FA2 and FA4's has no flash_attn_interface: xformers runs from its own folder
     *xformers-*) path=$PWD:/tmp/site-xf ;;
   esac

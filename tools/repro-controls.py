@@ -29,6 +29,9 @@ def control(backend, kvd: KVCacheDType = KVCacheDType.AUTO) -> Case | None:
             cache = CacheSpec(layout=layout, block_size=block_size, finite_canaries=caps.finite_canaries_only, quant=quant)
             if layout == KVLayout.MLA_LATENT:  # one latent head: DeepSeek's 512 + 64
                 case = replace(case, num_heads=16, num_kv_heads=1, head_size=576, head_size_v=512)
+                if caps.head_size_pairs:  # an MLA layer: its first (latent + rope, value) pair, its query zero there
+                    (d, dv), zero = caps.head_size_pairs[0], dict(caps.query_zero_dims).get(caps.head_size_pairs[0])
+                    case = replace(case, head_size=d, head_size_v=dv, values=replace(case.values, query_zero_dims=zero))
             if BlockTableKind.CONTIGUOUS not in caps.block_tables:  # a cascade: the first 16 keys shared
                 cache = replace(cache, table=BlockTableKind.SHARED_PREFIX, prefix_blocks=-(-16 // block_size))
             try:

@@ -2,14 +2,21 @@
 and what vLLM's FLASHINFER and FLASH_ATTN_MLA backends declare from it, checked without vLLM."""
 from __future__ import annotations
 
+import pandas as pd
 import torch
 from hypothesis import given, strategies as st
 
+import backends.vllm_layers as layers
+from backends import spellings
 from backends.base import Feature
 from backends.registry import get
 from backends.vllm_batch import from_runner_order, in_runner_order, runner_order
 from reference.case import CacheSpec, Case, DType, SequenceSpec
+from campaign.declarations import write_declarations
+from fuzz.strategies import Limits
 from reference.inputs import materialize
+from reports.coverage import coverage_map, device_out, load_declarations, never_drawn
+from tests.repro_scripts import drawn_cases
 
 SEQS = st.lists(st.builds(SequenceSpec, query_len=st.integers(1, 4), context_len=st.sampled_from([0, 2, 9])),
                 min_size=1, max_size=5)
@@ -56,3 +63,34 @@ def test_declarations_follow_what_vllm_picks():
     fa_mla = get("vllm-layer-flash-attn-mla").caps
     assert Feature.DYNAMIC_SCALES not in fa_mla.features and not fa_mla.finite_canaries_only
     assert Feature.DYNAMIC_SCALES in get("vllm-layer-flashmla").caps.features
+
+
+def test_flashinfer_on_sm90_draws_what_its_builder_takes_there(monkeypatch, tmp_path):
+    """On an sm90 GPU vLLM's FLASHINFER builder raises for any window: there the declaration draws none (neither a
+    window nor an unbounded one spelled as a number), and the coverage map lists them as refused by the device, not
+    as blind spots; elsewhere they are drawn. Its impl quantizes the queries of an fp8 cache's prefills and not its
+    decodes': fp8 cases come all prefill with an fp8 query, all decode without one, none refused."""
+    names = ["vllm-backend-flashinfer", "vllm-layer-flashinfer"]
+    windowed = [spellings.sliding_window(c) is not None for c in drawn_cases(get(names[0]).caps, Limits(), 60)]
+    assert any(windowed)
+    monkeypatch.setattr(layers, "_sm90", lambda: True)
+    for name in names:
+        backend = get(name)
+        drawn = drawn_cases(backend.caps, Limits(), 60)
+        assert not any(spellings.sliding_window(c) is not None for c in drawn)
+        assert not any(backend.not_supported_reasons(c) for c in drawn if c.kv_cache_dtype.value == "auto")
+        assert Feature.WINDOW in backend.documented_caps.features
+        fp8 = [c for c in drawn_cases(backend.caps, Limits(kv_cache_dtypes=("fp8_e4m3", "fp8_e5m2")), 80)
+               if c.kv_cache_dtype.is_fp8]
+        assert not any(backend.not_supported_reasons(c) for c in fp8)
+        with_query = [c for c in fp8 if c.cache.quant.q_fp8_scale is not None]
+        assert with_query and all(min(s.query_len for s in c.sequences) > 1 for c in with_query)  # prefills only
+        assert all(max(s.query_len for s in c.sequences) == 1 for c in fp8 if c not in with_query)  # decodes only
+        assert all(c.kv_cache_dtype.value == "fp8_e4m3" for c in with_query)  # e5m2 prefills: a known crash
+    write_declarations(tmp_path, [get(n) for n in names])
+    declared = load_declarations(tmp_path)
+    assert {"feature window"} <= set(device_out(declared)[0]["values"].split(", "))
+    assert "sm90" in device_out(declared)[0]["why"]
+    rows = pd.DataFrame([dict(backend=names[0], phase="generate", verdict="pass", features="gqa", encodings="")])
+    blind = never_drawn(coverage_map(rows, declared))
+    assert not ((blind["dimension"] == "feature") & (blind["value"] == "window")).any()
