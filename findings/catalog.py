@@ -142,6 +142,14 @@ FLASHINFER_ROWS = (
           "inside the tanh (errors up to 43x the limit; a model of it predicts 2,672 of 2,672 failing rows).",
           ("flashinfer-decode-alibi-soft-cap-double-scale.json",),
           "campaigns/flashinfer-alibi-softcap-10k-h100-2026-11-24.md", repro="flashinfer-alibi-soft-cap-scale.py"),
+    Entry("flashinfer-fp8-prefill-soft-cap", D, FLASHINFER,
+          "BatchPrefillWithPagedKVCacheWrapper on sm90 with an fp8 query and cache (DefaultFP8Attention)",
+          "The logits soft-cap is dropped: the sm90 fp8 variant (DefaultFP8Attention = StandardFP8Attention, "
+          "hopper/variants.cuh) has no soft-cap transform. Reached through vLLM's FLASHINFER, whose sm90 prefills over "
+          "an e4m3 cache run with an fp8 query: 748 of 1,159 such rows with a soft-cap mismatched (up to 3,527x the "
+          "limit; caps 0.5-5: 613 of 643, cap 10,000: 1 of 149), and at the worst element of 741 of the 748 the "
+          "kernel's value is the attention without the cap.",
+          ("vllm-backend-flashinfer-fp8-prefill-soft-cap-dropped.json",), FI_SM90, device="H200"),
 )
 
 VLLM_ROWS = (

@@ -109,6 +109,13 @@ OPEN = (
           "limit (the shrunk case 1.7x), both with such a context; not yet separated from that rounding, which the "
           "tolerance rule (one attention) does not model.",
           ("vllm-layer-triton-mla-chunked-context-merges.json",), MLA_LAYER, device="H200"),
+    Entry("vllm-layer-triton-window-one-key-ulp", O, VLLM, "TritonAttentionBackend under vLLM's Attention layer, float16",
+          "A window of one key (the query's own) with values x32: the output is one float16 ulp off the value "
+          "(58.59375 for 58.5625, baseline error 0), 2.0x the limit; 2 such rows (the minimal case and one more) of "
+          "the 252 window rows without another family's feature, 540 other rows with that window passed. Its "
+          "bucket, [paged, window], also counted 503 rows of catalogued families (PrefixLM, ALiBi with sinks, the fp8 "
+          "query's P rounding, per-token-head windows), whose features include its minimal case's.",
+          ("vllm-layer-triton-window-one-key-ulp.json",), FI_SM90, device="H200"),
     Entry("vllm-flashinfer-module-timeouts", O, VLLM, "FLASHINFER whole and under its layer (JIT-built modules)",
           "In a 420-s campaign (308 rows, H200) 10 rows were killed at the 120-s example timeout within 12 s of each "
           "other, their minimal replays too. Each was the first call of a FlashInfer module its compile key had not "
