@@ -18,6 +18,8 @@ from reference.case import (AlibiConvention, AttentionType, BlockTableKind, Case
 from reference.inputs import Inputs
 from reference.scores import standard_alibi_slopes
 
+from .spellings import sliding_window
+
 
 class LseBase(Enum):
     E = "e"
@@ -105,6 +107,10 @@ class Capabilities:
     # most n tokens) 16-bit; the Case's fp8 query is the whole query's, so fp8 cases come all decode without one and
     # all prefill with one (vLLM's FLASHINFER on sm90: get_q_data_type)
     fp8_query_prefills: int | None = None
+    sinks_dtypes: frozenset[DType] | None = None  # the model dtypes sinks are taken with (None: any); drawn so
+    # (encoding, value) pairs taken only without a sliding window (vLLM's sliding_window, a spelled one included);
+    # drawn so: with a window the encoding takes another of its values
+    windowless_encodings: tuple[tuple[str, str], ...] = ()
     finite_canaries_only: bool = False  # loads whole pages, masks unused slots by a zero probability
     # ((head_size, value_size), (start, end)): cases of that size pair come with the query's dimensions [start, end)
     # 0 (Values.query_zero_dims; an MLA layer's absorbed query spans qk_nope of its latent dimensions)
@@ -137,6 +143,12 @@ class Capabilities:
             if case.causal and case.causal_alignment not in self.causal_alignments:
                 out.append(f"causal_alignment={case.causal_alignment.value} (declared: "
                            f"{sorted(a.value for a in self.causal_alignments)})")
+        if case.sinks is not None and self.sinks_dtypes is not None and case.dtype not in self.sinks_dtypes:
+            out.append(f"sinks with dtype={case.dtype.value} (sinks declared with: "
+                       f"{sorted(d.value for d in self.sinks_dtypes)})")
+        for name, value in self.windowless_encodings:
+            if case.encoding(name, None) == value and sliding_window(case) is not None:
+                out.append(f"encoding {name}={value} with a sliding window (declared windowless)")
         if case.alibi is not None and self.alibi_attn_types is not None and case.attn_type not in self.alibi_attn_types:
             out.append(f"ALiBi with attn_type={case.attn_type.value} (declared with: "
                        f"{sorted(t.value for t in self.alibi_attn_types)})")

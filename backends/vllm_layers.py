@@ -315,8 +315,11 @@ def vllm_layer_backends() -> list[Backend]:
         # attention drops chunk_lookback (benchmarks/results/repro/vllm-int4-drops-mask-rules.py), both covered by
         # vllm-pth-writes-cache and vllm-triton-unified; here they would bury anything new under known rows.
         kv_cache_dtypes=frozenset(KV_DTYPE_STRINGS) - {KVCacheDType.INT4_PER_TOKEN_HEAD})
+    # FA3's s_aux takes bfloat16 sinks; vLLM's use_cascade_attention never picks cascade for a sliding window: both
+    # drawn so (48 % of vllm-layer-flash's draws were these refusals, vllm/flashinfer-sm90-h200-2026-11-26.md)
     flash = replace(_BASE, head_sizes=(64, 96, 128, 192, 256),
-                    block_tables=frozenset(BlockTableKind),
+                    block_tables=frozenset(BlockTableKind), sinks_dtypes=frozenset({DType.BFLOAT16}),
+                    windowless_encodings=(("cascade", "on"),),
                     encodings=_BASE.encodings + (("cascade", ("off", "on")),))
     # FLEX_ATTENTION: FlexAttentionBackend.supported_dtypes / supported_kv_cache_dtypes, any head size
     # (get_supported_head_sizes() is empty), block sizes MultipleOf(16), supports_mm_prefix; its impl raises
@@ -353,8 +356,8 @@ def vllm_layer_backends() -> list[Backend]:
     return [
         LayerBackend("vllm-backend-triton", "vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend", triton,
                      "vLLM TRITON_ATTN whole: metadata builder, do_kv_cache_update, forward"),
-        _FlashLayer("vllm-backend-flash", "vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend", flash,
-                    "vLLM FLASH_ATTN whole (FA3): metadata builder with AOT scheduling and cascade, do_kv_cache_update, forward"),
+        LayerBackend("vllm-backend-flash", "vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend", flash,
+                     "vLLM FLASH_ATTN whole (FA3): metadata builder with AOT scheduling and cascade, do_kv_cache_update, forward"),
         _FlexLayer("vllm-backend-flex", "vllm.v1.attention.backends.flex_attention", "FlexAttentionBackend", flex,
                      "vLLM FLEX_ATTENTION whole: metadata builder (direct paged block mask), do_kv_cache_update, "
                      "forward (compiled flex_attention)"),
@@ -362,17 +365,7 @@ def vllm_layer_backends() -> list[Backend]:
     ]
 
 
-class _FlashLayer(LayerBackend):
-    def not_supported_reasons(self, case) -> list[str]:
-        reasons = super().not_supported_reasons(case)
-        if case.sinks is not None and case.dtype != DType.BFLOAT16:
-            reasons.append("sinks with dtype != bfloat16: FA3's s_aux takes bf16 sinks")
-        if case.encoding("cascade", "off") == "on" and spellings.sliding_window(case) is not None:
-            reasons.append("cascade with a sliding window: vLLM's use_cascade_attention never picks it")
-        return reasons
-
-
-class _FlashInferLayer(_FlashLayer):
+class _FlashInferLayer(LayerBackend):
     """FLASHINFER's metadata builder raises NotImplementedError("FlashInfer backend on SM90 currently crashes with
     sliding-window attention layers") for any window_left != -1 on an sm90 GPU (flashinfer issue #3578; measured on
     the H100: 29 of 29 windowed rows): there a window, spelled or real, is a refusal with vLLM's reason.

@@ -109,6 +109,10 @@ OPEN = (
           "limit (the shrunk case 1.7x), both with such a context; not yet separated from that rounding, which the "
           "tolerance rule (one attention) does not model.",
           ("vllm-layer-triton-mla-chunked-context-merges.json",), MLA_LAYER, device="H200"),
+    Entry("vllm-layer-flash-long-fp16-margin", O, VLLM, "FlashAttentionBackend (FA3) under vLLM's Attention layer, float16",
+          "One row of 44,088 evaluated: 6 queries over 16,383 cached keys, a 15,165-key window and soft-cap 50, "
+          "1.17x the limit; not yet separated from the tolerance rule's float16 floor at that length.",
+          ("vllm-layer-flash-fp16-long-window-margin.json",), FI_SM90, device="H200"),
     Entry("vllm-layer-triton-window-one-key-ulp", O, VLLM, "TritonAttentionBackend under vLLM's Attention layer, float16",
           "A window of one key (the query's own) with values x32: the output is one float16 ulp off the value "
           "(58.59375 for 58.5625, baseline error 0), 2.0x the limit; 2 such rows (the minimal case and one more) of "

@@ -15,6 +15,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from backends.base import ALL_FEATURES, Capabilities, Feature
+from backends.spellings import sliding_window
 
 from .cached import memo, or_none, pick
 from .sizes import TIER_WEIGHTS, TIERS, sequence_specs
@@ -524,7 +525,9 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, pick([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]), on)
     # Sinks near the scores, and on one head sometimes far above / below them: a kernel's running max must
     # start from the sink (the other heads keep the case able to see mask bugs).
-    sinks = _sometimes(draw, caps, Feature.SINKS, _sinks(num_heads), on)
+    sinks = None
+    if caps.sinks_dtypes is None or dtype in caps.sinks_dtypes:
+        sinks = _sometimes(draw, caps, Feature.SINKS, _sinks(num_heads), on)
     far = draw(_far_sink(num_heads))
     if sinks is not None and far is not None:
         sinks = tuple(far[1] if h == far[0] else x for h, x in enumerate(sinks))
@@ -583,7 +586,13 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     seed = draw(st.integers(0, 2**31 - 1))
     if kernel and kernel["causal"] and caps.causal_equal_lengths:
         sequences = tuple(replace(s, key_len=s.query_len) for s in sequences)
-    return Case(**kernel, sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
+    case = Case(**kernel, sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,
                 head_size=head_size, head_size_v=head_size_v, dtype=dtype, scale=scale, sliding_window=window,
                 alibi=alibi, soft_cap=soft_cap, sinks=sinks, attn_chunk_size=chunk, block_sparse=sparse, cache=cache,
                 values=values, encodings=encodings, seed=seed, **rules)
+    if caps.windowless_encodings and sliding_window(case) is not None:  # such a value takes no window: another one
+        off = dict(caps.windowless_encodings)
+        case = case.replace(encodings=tuple(
+            (name, next(v for v in dict(caps.encodings)[name] if v != value) if off.get(name) == value else value)
+            for name, value in case.encodings))
+    return case

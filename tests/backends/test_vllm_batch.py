@@ -94,3 +94,20 @@ def test_flashinfer_on_sm90_draws_what_its_builder_takes_there(monkeypatch, tmp_
     rows = pd.DataFrame([dict(backend=names[0], phase="generate", verdict="pass", features="gqa", encodings="")])
     blind = never_drawn(coverage_map(rows, declared))
     assert not ((blind["dimension"] == "feature") & (blind["value"] == "window")).any()
+
+
+def test_flash_attn_draws_only_what_its_builder_and_fa3_take():
+    """FLASH_ATTN: FA3's s_aux takes bfloat16 sinks and vLLM never cascades a sliding window; the declaration draws
+    neither (48 % of an H200 campaign's draws were these refusals), and a hand-made case of each is refused."""
+    for name in ("vllm-backend-flash", "vllm-layer-flash"):
+        backend = get(name)
+        drawn = drawn_cases(backend.caps, Limits(), 80)
+        assert not any(backend.not_supported_reasons(c) for c in drawn)
+        assert any(c.sinks is not None for c in drawn) and any(c.encoding("cascade", "off") == "on" for c in drawn)
+        windowed = [c for c in drawn if spellings.sliding_window(c) is not None]
+        assert windowed and all(c.encoding("cascade", "off") == "off" for c in windowed)
+        case = Case(sequences=(SequenceSpec(query_len=2, context_len=5),), num_heads=2, num_kv_heads=1, head_size=64,
+                    dtype=DType.FLOAT16, sinks=(0.0, 1.0), sliding_window=3, encodings=(("cascade", "on"),),
+                    cache=CacheSpec(block_size=16), seed=1)
+        reasons = " / ".join(backend.not_supported_reasons(case))
+        assert "sinks with dtype=float16" in reasons and "cascade=on with a sliding window" in reasons
