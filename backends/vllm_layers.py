@@ -368,7 +368,8 @@ def vllm_layer_backends() -> list[Backend]:
 class _FlashInferLayer(LayerBackend):
     """FLASHINFER's metadata builder raises NotImplementedError("FlashInfer backend on SM90 currently crashes with
     sliding-window attention layers") for any window_left != -1 on an sm90 GPU (flashinfer issue #3578; measured on
-    the H100: 29 of 29 windowed rows): there a window, spelled or real, is a refusal with vLLM's reason.
+    the H100: 29 of 29 windowed rows): there its declaration draws no window (`on_sm90`), and a saved case with one,
+    spelled or real, is refused with vLLM's reason.
     Its builder splits decodes from prefills (reorder_batch_threshold 1), so the runner hands it decodes first, and
     it plans FlashInfer's decode and prefill modules for the parts the batch has: JIT builds of their own."""
 
