@@ -83,7 +83,8 @@ LIMITATIONS = (
     Entry("vllm-flashinfer-sm90-window", L, VLLM, "FlashInferMetadataBuilder (FLASHINFER), sm90",
           "Any layer with a sliding window, also one wider than the context, is refused: NotImplementedError('FlashInfer "
           "backend on SM90 currently crashes with sliding-window attention layers', flashinfer issue #3578); "
-          "vllm-backend-flashinfer and vllm-layer-flashinfer refuse windows on sm90 with that reason.",
+          "on sm90 vllm-backend-flashinfer and vllm-layer-flashinfer draw no window (the coverage map lists them as out "
+          "of the device's reach, with this reason) and refuse a saved case's window with it.",
           ("vllm-backend-flashinfer-sm90-window-past-context.json", "vllm-layer-flashinfer-sm90-window.json"), REACH,
           status="documented by the error"),
     Entry("vllm-triton-tf32", L, VLLM, "prefix_prefill, triton_decode_attention, unified_attention in float32",
