@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -172,6 +172,9 @@ class Bucket:
     first_seen: float | None = None
     examples: list[str] = field(default_factory=list)  # a few rows' example ids
     merged: list[dict] = field(default_factory=list)  # minimal rows of more specific buckets this one covers
+    # features of the counted rows beyond the minimal case's, with how many rows had each: where a second bug with
+    # the same symptom may hide among them, the report shows it (a bucket never hides a symptom)
+    others: Counter = field(default_factory=Counter)
 
     @property
     def id(self) -> str:
@@ -283,6 +286,7 @@ class Buckets:
 
     def _count(self, bucket: Bucket, row: dict) -> None:
         bucket.count += 1
+        bucket.others.update(features_of(row) - bucket.signature.features)
         if bucket.first_seen is None or (row.get("t") or 0) < bucket.first_seen:
             bucket.first_seen = row.get("t")
         if len(bucket.examples) < self.keep_examples and row.get("example_id"):
@@ -338,6 +342,7 @@ def assign(rows: list[dict]) -> tuple[dict[str, Bucket], list[str | None]]:
         b = home.get(id(r))
         if b is not None:
             b.count += 1
+            b.others.update(features_of(r) - b.signature.features)
             if b.first_seen is None or (r.get("t") or 0) < b.first_seen:
                 b.first_seen = r.get("t")
             if len(b.examples) < 3 and r.get("example_id"):

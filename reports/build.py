@@ -121,10 +121,12 @@ def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], 
         lines.append(f"| {backend} | {len(rows)} | {(v == 'pass').sum()} | {(v == 'blind').sum()} | "
                      f"{v.isin(FAILURES).sum()} | {(v == 'unsupported').sum()} |")
     if buckets:
-        lines += ["", f"## New failure buckets: {len(buckets)}", "", "| bucket | backend | symptom | features | count | minimal case |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", f"## New failure buckets: {len(buckets)}", "",
+                  "| bucket | backend | symptom | features | count | rows' other features | minimal case |",
+                  "|---|---|---|---|---|---|---|"]
         replay = {f["id"]: f["replay"] for f in failures}
         lines += [f"| {b['id']} | {b['backend']} | {b['verdict']}/{b['symptom'][:60]} | {b['features']} | {b['count']} | "
+                  f"{b.get('others', '')} | "
                   f"{('`' + replay.get(b['page'], b['page']) + '`') if b['page'] else 'not shrunk'} |" for b in buckets]
     if blind_spots is not None and not blind_spots.empty:
         keys = blind_spots["dimension"] == "compile_key"  # counted per backend: a JIT backend declares hundreds
@@ -157,7 +159,8 @@ def bucket_table(rows: list[dict]) -> list[dict]:
                         features=",".join(sorted(b.signature.features)) or "plain", count=b.count,
                         first_seen=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.first_seen)) if b.first_seen else "",
                         page=Path(case_file).stem if case_file else "", examples=", ".join(b.examples),
-                        also=[Path(m["case_file"]).stem for m in b.merged if m.get("case_file")]))
+                        also=[Path(m["case_file"]).stem for m in b.merged if m.get("case_file")],
+                        others=", ".join(f"{f} {n}" for f, n in b.others.most_common(6))))
     return out
 
 

@@ -80,6 +80,26 @@ def test_assign_recomputes_the_live_buckets_from_rows():
     window = signature(rows[3]).bucket_id
     assert ids[:2] == [window, window] and ids[2] != window and ids[3] is None
     assert buckets[window].count == 2 and buckets[window].minimal["case_file"] == "c.json"
+    assert buckets[window].others == {"gqa": 1, "alibi": 1}  # what else its rows had: a second bug may hide there
+
+
+def test_a_bucket_lists_the_other_features_of_the_rows_it_counts():
+    """The live state and the report both say which features the counted rows had beyond the minimal case's (an
+    H200 campaign's [paged, window] bucket counted 503 rows of other families' features: vllm/flashinfer-sm90-...)."""
+    from reports.build import bucket_table
+
+    b = Buckets()
+    first = _row("window", index=1)
+    assert b.observe(first) == Decision.SHRINK
+    b.shrunk(signature(first).coarse, dict(first, phase="minimal", bucket_symptom=["mismatch", "output"]), first)
+    for i, extra in enumerate(["prefix_lm", "prefix_lm,sinks", "prefix_lm"], start=2):
+        assert b.observe(_row(f"window,{extra}", index=i)) == Decision.COUNT
+    (bucket,) = b.summary()
+    assert bucket.others == {"prefix_lm": 3, "sinks": 1}
+    rows = [dict(first, phase="minimal", bucket_symptom=["mismatch", "output"], case_file="c.json"), first,
+            *(_row(f"window,{e}", index=i) for i, e in enumerate(["prefix_lm", "prefix_lm,sinks"], start=2))]
+    (line,) = bucket_table(rows)
+    assert line["others"] == "prefix_lm 2, sinks 1"
 
 
 def test_crash_classes_ignore_numbers_and_addresses():
