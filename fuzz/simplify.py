@@ -5,6 +5,8 @@ every draw after it (scales, granularity, the layouts that fit), so its shrink r
 `auto` / the plainest layout: one planted bug (`mutant-soft-cap-ignored`) then saved one minimal case
 per cache dtype and layout its first failures happened to carry. Each step here sets one such field to
 its simplest declared value; the worker keeps the step when the case still shows the bug's symptom.
+Features drawn early stick the same way (`mutant-window-off-by-one` saved minimal cases with gqa, sinks
+or chunked_local beside its window, 5 in a 60-s CPU campaign): the feature steps drop one each.
 """
 from __future__ import annotations
 
@@ -47,8 +49,31 @@ def _no_spares(case: Case, caps: Capabilities) -> Case | None:
     return replace(case, cache=replace(case.cache, spare_blocks=0, padding_slots=0))
 
 
+def _no_sinks(case: Case, caps: Capabilities) -> Case | None:
+    return replace(case, sinks=None) if case.sinks is not None else None
+
+
+def _no_soft_cap(case: Case, caps: Capabilities) -> Case | None:
+    return replace(case, soft_cap=None) if case.soft_cap is not None else None
+
+
+def _no_alibi(case: Case, caps: Capabilities) -> Case | None:
+    return replace(case, alibi=None) if case.alibi is not None else None
+
+
+def _no_chunks(case: Case, caps: Capabilities) -> Case | None:
+    return replace(case, attn_chunk_size=None) if case.attn_chunk_size is not None else None
+
+
+def _one_head_per_kv_head(case: Case, caps: Capabilities) -> Case | None:
+    """GQA / MQA -> as many kv heads as query heads (per-head sinks and slopes keep their count)."""
+    return replace(case, num_kv_heads=case.num_heads) if case.num_kv_heads != case.num_heads else None
+
+
 # Most telling first: a bug that needs none of these fields ends with the plainest cache in at most 5 runs.
-STEPS = (_plain_quant, _plain_layout, _no_layers, _contiguous_table, _no_spares)
+CACHE_STEPS = (_plain_quant, _plain_layout, _no_layers, _contiguous_table, _no_spares)
+FEATURE_STEPS = (_no_sinks, _no_soft_cap, _no_alibi, _no_chunks, _one_head_per_kv_head)
+STEPS = CACHE_STEPS + FEATURE_STEPS
 
 
 def simplify(case: Case, caps: Capabilities, still_fails, reasons=None) -> tuple[Case, int]:
@@ -58,7 +83,7 @@ def simplify(case: Case, caps: Capabilities, still_fails, reasons=None) -> tuple
     evaluations = 0
     for step in STEPS:
         try:
-            candidate = step(case, caps) if case.cache is not None else None
+            candidate = step(case, caps) if case.cache is not None or step in FEATURE_STEPS else None
         except ValueError:  # Case validates itself: a combination it refuses is no simpler case
             continue
         if candidate is None:
