@@ -431,8 +431,10 @@ class Worker:
         return row, evaluation
 
     def _simplify(self, backend, task: Task, target, where: dict, state: dict) -> None:
-        """Set the shrunk case's cache dtype, layout and table to their simplest declared values where it
-        still shows the target symptom (fuzz.simplify: hypothesis seldom gets a cache dtype back to auto)."""
+        """Set the shrunk case's cache dtype, layout and table to their simplest declared values, and drop the
+        features it does not need, where it still shows the target symptom (fuzz.simplify: hypothesis seldom gets
+        a cache dtype back to auto, or drops a feature drawn early). A step onto a compile key not built here is
+        skipped (`_unbuilt`): simplifying never waits for a JIT build."""
         def still_fails(case: Case) -> bool:
             if self._unbuilt(backend, case):
                 return False
