@@ -39,7 +39,7 @@ from reference.case import AlibiConvention, AttentionType, BlockTableKind, Causa
 from reference.inputs import Inputs, KVCache, slots_for
 
 from . import spellings
-from .vllm_batch import common_metadata, from_runner_order, in_runner_order, runner_order, token_order
+from .vllm_batch import common_metadata, from_runner_order, in_runner_order, runner_order
 from .vllm_layers_repro import cascade_prefix, whole
 from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
@@ -121,6 +121,8 @@ class LayerBackend(Backend):
     # (vllm_batch.runner_order); None: the batch as drawn
     reorder_threshold: int | None = None
     under_the_layer = False  # vLLM's own Attention layer drives the step (backends/vllm_attention_layer.py)
+    # the impl quantizes its query to fp8 itself, through `_custom_ops.scaled_fp8_quant` (FLASHINFER's prefills on sm90)
+    impl_quantizes_query = False
 
     def __init__(self, name: str, module: str, cls: str, caps: Capabilities, description: str) -> None:
         self.name, self.module, self.cls, self.caps, self.description = name, module, cls, caps, description
@@ -187,11 +189,11 @@ class LayerBackend(Backend):
             prefix = cascade_prefix(case)
             metadata = builder.build(common_prefix_len=prefix, common_attn_metadata=common)
             if reorder is None:
-                output, buffer, query_fp8 = self._forward(layer, kv_cache, metadata, cfg, inputs)
+                output, buffer, query_fp8 = self._step(layer, kv_cache, metadata, cfg, inputs)
             else:  # the step in the runner's order, its results put back in the case's
                 step, tokens = in_runner_order(inputs, reorder)
                 output, buffer, query_fp8 = (from_runner_order(t, tokens) for t in
-                                             self._forward(layer, kv_cache, metadata, cfg, step))
+                                             self._step(layer, kv_cache, metadata, cfg, step))
         notes = {"cascade_prefix": prefix} if prefix else {}
         written = None
         all_slots = torch.cat([slots, inputs.slot_mapping.cpu()])
@@ -212,6 +214,20 @@ class LayerBackend(Backend):
                        1.0 if q_scale is None else q_scale, inputs.device)
         cfg.compilation_config.static_forward_context[LAYER] = layer
         return layer
+
+    def _step(self, layer, kv_cache, metadata, cfg, inputs: Inputs):
+        """`_forward`, and where the impl quantizes the query itself (`impl_quantizes_query`) and the layer handed
+        none back, the fp8 query it made: its ties are the impl's to decide (fuzz.cache_write)."""
+        if not self.impl_quantizes_query:
+            return self._forward(layer, kv_cache, metadata, cfg, inputs)
+        from vllm import _custom_ops
+
+        case = inputs.case
+        with results_of(_custom_ops, "scaled_fp8_quant") as quantized:
+            output, buffer, query_fp8 = self._forward(layer, kv_cache, metadata, cfg, inputs)
+        shape = (case.num_tokens, case.num_heads, case.head_size)
+        queries = [q for q, _ in quantized if q.numel() == math.prod(shape)]
+        return output, buffer, query_fp8 if query_fp8 is not None or not queries else queries[0].reshape(shape)
 
     def _forward(self, layer, kv_cache, metadata, cfg, inputs: Inputs):
         """This step's new tokens stored by the impl, then its forward into a poisoned buffer: (output, buffer, the
@@ -374,6 +390,7 @@ class _FlashInferLayer(LayerBackend):
     it plans FlashInfer's decode and prefill modules for the parts the batch has: JIT builds of their own."""
 
     reorder_threshold = 1
+    impl_quantizes_query = True  # its prefills' query (maybe_quant_query), on sm90
     jit_module_space = "vllm-flashinfer"  # the layer and the whole backend build the same modules
 
     def jit_variant(self, case) -> tuple:
@@ -406,21 +423,6 @@ class _FlashInferLayer(LayerBackend):
         if spellings.sliding_window(case) is not None and _sm90():
             reasons.append(SM90_WINDOW)
         return reasons
-
-    def run(self, inputs: Inputs) -> Actual:
-        """With the fp8 query the impl quantized for its prefills (custom_ops.scaled_fp8_quant in
-        maybe_quant_query): its ties are the impl's to decide (fuzz.cache_write)."""
-        from vllm import _custom_ops
-
-        case = inputs.case
-        with results_of(_custom_ops, "scaled_fp8_quant") as quantized:
-            actual = super().run(inputs)
-        shape = (case.num_tokens, case.num_heads, case.head_size)
-        queries = [q for q, _ in quantized if q.numel() == math.prod(shape)]
-        if actual.query_fp8 is None and queries:  # quantized in the runner's order
-            tokens = token_order(case, runner_order(case, self.reorder_threshold))
-            actual.query_fp8 = from_runner_order(queries[0].reshape(shape), tokens)
-        return actual
 
 
 SM90_WINDOW = ("a sliding window on an sm90 GPU: vLLM's FLASHINFER builder refuses it ('FlashInfer backend on SM90 "

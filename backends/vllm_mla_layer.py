@@ -61,6 +61,12 @@ ZERO_DIMS = tuple((pair, (nope, rank)) for pair, (rank, nope, _, _) in MLA_SHAPE
 WORKSPACES = {"vllm": (1 << 17, 256), "small": (16, None)}  # (max_model_len, max_num_seqs; None: the batch's size)
 
 
+def workspace(case) -> tuple[int, int]:
+    """(max_model_len, max_num_seqs) of the config the case's `context_workspace` names."""
+    max_model_len, max_num_seqs = WORKSPACES[case.encoding("context_workspace", "vllm")]
+    return max_model_len, max_num_seqs or len(case.sequences)
+
+
 class _Linear(torch.nn.Module):
     """kv_b_proj as MLAAttention calls it: `(x W^T, None)`, unquantized (quant_method None)."""
 
@@ -76,13 +82,11 @@ class _Linear(torch.nn.Module):
 
 @lru_cache(maxsize=32)
 def _config(num_heads: int, shape: tuple[int, int, int, int], dtype: str, block_size: int, cache_dtype: str,
-            workspace: str, calculate_kv_scales: bool, num_seqs: int):
+            max_model_len: int, max_num_seqs: int, calculate_kv_scales: bool):
     """A VllmConfig for a one-layer DeepSeek-V2 with the case's heads and MLA shape (nothing downloaded)."""
     from vllm.config import CacheConfig, SchedulerConfig, VllmConfig
 
     rank, nope, rope, v_head = shape
-    max_model_len, max_num_seqs = WORKSPACES[workspace]
-    max_num_seqs = max_num_seqs or num_seqs
     model = local_model({"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
                          "num_hidden_layers": 1, "hidden_size": 64 * num_heads, "num_attention_heads": num_heads,
                          "num_key_value_heads": num_heads, "kv_lora_rank": rank, "q_lora_rank": None,
@@ -129,11 +133,9 @@ class MLALayerBackend(Backend):
     repro_writes_cache = True
 
     def repro_kernel(self, case) -> str | None:
-        workspace = case.encoding("context_workspace", "vllm")
-        max_model_len, max_num_seqs = WORKSPACES[workspace]
         return layer_script(case, self.backend_module, self.cls, runner_order(case, self.threshold),
-                            MLA_SHAPES[(case.head_size, case.value_size)],
-                            (max_model_len, max_num_seqs or len(case.sequences)), KV_DTYPE_STRINGS[case.kv_cache_dtype])
+                            MLA_SHAPES[(case.head_size, case.value_size)], workspace(case),
+                            KV_DTYPE_STRINGS[case.kv_cache_dtype])
 
     def not_supported_reasons(self, case) -> list[str]:
         reasons = super().not_supported_reasons(case)
@@ -158,9 +160,7 @@ class MLALayerBackend(Backend):
         kvd = KV_DTYPE_STRINGS[case.kv_cache_dtype]
         backend_cls = getattr(importlib.import_module(self.backend_module), self.cls)
         dynamic = case.cache.quant.dynamic_scales
-        workspace = case.encoding("context_workspace", "vllm")
-        seqs = len(case.sequences) if WORKSPACES[workspace][1] is None else 0  # a config per batch size where it counts
-        cfg = _config(heads, shape, case.dtype.value, case.cache.block_size, kvd, workspace, dynamic, seqs)
+        cfg = _config(heads, shape, case.dtype.value, case.cache.block_size, kvd, *workspace(case), dynamic)
         proj = exact_projections(heads, nope, v_head, case.seed)
         order = runner_order(case, self.threshold)
         tokens = token_order(case, order).to(dev)

@@ -76,7 +76,7 @@ def write_declarations(out: Path, backends: list, limits: Limits = Limits()) -> 
         focused = focused_out(declared, limits)
         # values the library documents that this device refuses: declared, outside the campaign's reach (not blind
         # spots), with the reason
-        documented = declarations(b, b.documented_caps)
+        documented = declarations(b, b.documented_caps) if b.documented_caps is not b.caps else declared
         device_out = {dim: [v for v in values if v not in declared.get(dim, [])] for dim, values in documented.items()}
         device_out = {dim: values for dim, values in device_out.items() if values}
         if device_out:
