@@ -208,6 +208,11 @@ def {name}(q, ks, vs, dtype={dtype}):
         if SINKS is not None:
             lse = torch.logaddexp(lse, SINKS.to(s.dtype)[:, None])  # a sink joins the denominator, no value
         p = torch.exp(s - lse[..., None]).nan_to_num(0.0)  # an empty row: output 0
+        rounding = globals().get("P_FP8")
+        if rounding is not None and dtype != torch.float64:  # the kernel's P.V in fp8: its weights as it holds them
+            top = s.amax(-1, keepdim=True).nan_to_num(0.0, neginf=0.0)
+            held = (torch.exp(s - top) * rounding[1]).to(rounding[0]).to(s.dtype) / rounding[1]
+            p = torch.where(torch.isfinite(lse)[..., None], held * torch.exp(top - lse[..., None]), 0.0).to(s.dtype)
         outs.append(torch.einsum("hqk,khd->qhd", p, v))
         lses.append(lse.transpose(0, 1) / {lse_divisor})
     return torch.cat(outs), torch.cat(lses)

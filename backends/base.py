@@ -107,6 +107,10 @@ class Capabilities:
     # most n tokens) 16-bit; the Case's fp8 query is the whole query's, so fp8 cases come all decode without one and
     # all prefill with one (vLLM's FLASHINFER on sm90: get_q_data_type)
     fp8_query_prefills: int | None = None
+    # s: with an fp8 query over an fp8 per-tensor cache the kernel runs P.V in fp8, its unnormalized probabilities
+    # times s rounded to the cache's fp8 dtype (reference.softmax.ProbabilityRounding): the tolerance rule's baseline
+    # holds them so (fuzz.tolerance.probability_rounding). None: P stays 16- or 32-bit
+    fp8_probabilities: float | None = None
     sinks_dtypes: frozenset[DType] | None = None  # the model dtypes sinks are taken with (None: any); drawn so
     # (encoding, value) pairs taken only without a sliding window (vLLM's sliding_window, a spelled one included);
     # drawn so: with a window the encoding takes another of its values

@@ -107,8 +107,10 @@ def vllm_attention_layer_backends() -> list[Backend]:
             caps = replace(caps, features=caps.features | {Feature.DYNAMIC_SCALES}, dynamic_scales_first_forward=True)
             if whole.cls in QUANTIZES_QUERY:  # the layer hands the impl an fp8 (e4m3) query
                 # over an e5m2 cache the query is e4m3 too, which the Case's q_fp8 (e4m3 caches) does not describe
+                # and with an fp8 query triton_unified_attention keeps V in fp8 (_cast_kv_tile) and runs
+                # tl.dot(P.to(V.dtype), V): P rounded to e4m3 unscaled
                 caps = replace(caps, features=caps.features | {Feature.Q_FP8}, fp8_query_only=True,
-                               kv_cache_dtypes=caps.kv_cache_dtypes - {KVCacheDType.FP8_E5M2})
+                               kv_cache_dtypes=caps.kv_cache_dtypes - {KVCacheDType.FP8_E5M2}, fp8_probabilities=1.0)
         description = whole.description.replace(" whole", " under vLLM's Attention layer")
         cls = type(f"{type(whole).__name__.strip('_')}UnderAttention", (_UnderTheLayer, type(whole)), {})
         backend = cls(name, whole.module, whole.cls, caps, description)

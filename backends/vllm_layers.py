@@ -362,7 +362,11 @@ def vllm_layer_backends() -> list[Backend]:
                          features=frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.CONTEXT,
                                              Feature.Q_FP8}),
                          kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
-                         block_tables=frozenset(BlockTableKind), fp8_query_prefills=1)
+                         block_tables=frozenset(BlockTableKind), fp8_query_prefills=1,
+                         # its sm90 fp8 prefill (StandardFP8Attention, hopper/variants.cuh) multiplies P by p_scale, the
+                         # cache format's largest value (448 for e4m3, the only fp8 query drawn), and runs P.V in fp8
+                         # (convert_type<DTypeKV>, hopper/quantization/mainloop_mma.cuh)
+                         fp8_probabilities=448.0)
     flashinfer_whole = _FlashInferLayer(
         "vllm-backend-flashinfer", "vllm.v1.attention.backends.flashinfer", "FlashInferBackend", flashinfer,
         "vLLM FLASHINFER whole: metadata builder (plans FlashInfer's prefill / decode / cascade wrappers), "
@@ -473,6 +477,11 @@ class _FlexLayer(LayerBackend):
     crash rows in the first run). The limits are raised after vLLM's import."""
 
     zeroed_cache = True
+    # dynamo compiles flex_attention once per dtype, head size, KV head count and mask_mod / score_mod: measured on
+    # the H200, every new one of these costs 0.7-3 s (a new graph), a repeat 3-7 ms (tools/probe-flex-compiles.py,
+    # vllm/layers-flex-flashinfer-fp8-h200-2026-11-26.md). Keyed so, a campaign's focused shards draw repeats of a key.
+    compiled_per = ("dtypes", "head_sizes")
+    compiled_features = (Feature.WINDOW, Feature.PREFIX_LM)
 
     def run(self, inputs: Inputs) -> Actual:
         import importlib

@@ -31,12 +31,13 @@ from reference.case import Case
 from reference.inputs import Inputs, materialize, to_device
 from reference.one_key import key_changes
 from reference.packed import PackedLayout, PackedScores, pack_scores, packable, packed_baseline
+from reference.softmax import ProbabilityRounding
 
 from .blind import shift_by_one_key
 from .cache_write import scales_computed
 from .judge import Verdict, judge
 from .summary import judge_on_device
-from .tolerance import baseline_dtype
+from .tolerance import baseline_dtype, probability_rounding
 
 __all__ = ["Evaluation", "Verdict", "base_row", "evaluate", "score_elements", "ORACLE_CPU_MAX"]
 
@@ -103,15 +104,16 @@ def crash_message(e: BaseException, limit: int = 2000) -> str:
     return (text[:max(limit // 3, limit - len(tail) - 5)] + " ... " + tail)[:limit]
 
 
-def oracle_and_baseline(inputs: Inputs, base_dtype: torch.dtype,
-                        packed: bool = True) -> tuple[Expected, Expected, PackedScores | None]:
+def oracle_and_baseline(inputs: Inputs, base_dtype: torch.dtype, packed: bool = True,
+                        rounding: ProbabilityRounding | None = None) -> tuple[Expected, Expected, PackedScores | None]:
     """(expected, baseline, the packed float64 scores or None): in one padded pass per dtype where the case is
-    packable (reference/packed.py), else the chunked per-sequence oracle."""
+    packable (reference/packed.py), else the chunked per-sequence oracle. `rounding`: how the kernel holds its
+    probabilities for P.V, which the baseline follows (fuzz.tolerance.probability_rounding)."""
     if packed and packable(inputs):
         layout = PackedLayout.of(inputs)  # the masks, rows and biases both passes share
         scores = pack_scores(inputs, layout=layout)
-        return scores.attend(), packed_baseline(inputs, base_dtype, layout), scores
-    return attention(inputs), attention(inputs, dtype=base_dtype, reorder=True), None
+        return scores.attend(), packed_baseline(inputs, base_dtype, layout, rounding), scores
+    return attention(inputs), attention(inputs, dtype=base_dtype, reorder=True, rounding=rounding), None
 
 
 def attended_writes(case: Case, actual: Actual) -> dict:
@@ -200,7 +202,8 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
     _sync(dev)
     t1 = time.perf_counter()
     base_dtype = baseline_dtype(case.dtype, case.kv_cache_dtype)
-    expected, baseline, scores = oracle_and_baseline(oracle_inputs, base_dtype, packed)
+    rounding = probability_rounding(case, backend.caps.fp8_probabilities)
+    expected, baseline, scores = oracle_and_baseline(oracle_inputs, base_dtype, packed, rounding)
     _sync(odev)
     t2 = time.perf_counter()
     row.update(materialize_s=t1 - t0, oracle_s=t2 - t1, oracle_device=odev.type)
@@ -226,7 +229,7 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
         # writers that compute their scales may flip codes at rounding ties (judge_writes bounds them): the attention
         # the kernel computed is judged over the codes its library wrote, not over the oracle's
         over_written = to_device(replace(kernel_inputs, **written), odev)
-        expected, baseline, scores = oracle_and_baseline(over_written, base_dtype, packed)
+        expected, baseline, scores = oracle_and_baseline(over_written, base_dtype, packed, rounding)
     shift = None
     if odev.type == "cpu":
         judge(row, backend.caps, oracle_inputs, expected, baseline, actual)

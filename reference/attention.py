@@ -17,7 +17,7 @@ from .case import Case, DType
 from .inputs import Inputs, read_kv
 from .merge import merge_attn_states
 from .scores import alibi_bias, apply_soft_cap, logit_spread
-from .softmax import logsumexp_with_sink, probabilities
+from .softmax import ProbabilityRounding, logsumexp_with_sink, probabilities, rounded_probabilities
 from .visibility import query_positions, visible
 
 # Score-matrix elements one chunk may hold (2**22 float64 = 32 MiB), and keys per chunk.
@@ -37,13 +37,15 @@ class Expected:
 
 def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bool = False,
               chunk_elements: int = CHUNK_ELEMENTS, key_chunk: int = KEY_CHUNK,
-              mask_transform: Callable[[Tensor], Tensor] | None = None) -> Expected:
+              mask_transform: Callable[[Tensor], Tensor] | None = None,
+              rounding: ProbabilityRounding | None = None) -> Expected:
     """Attention of every query token over the keys the Case lets it see.
 
     dtype=float64 is the oracle; dtype=case.dtype with reorder=True is the tolerance rule's
     baseline (the same math rounded like a plain low-precision implementation).
     A query row with no visible key gives output 0 and LSE -inf (a sink alone gives its logit).
     `mask_transform` edits each sequence's visibility mask first (the fuzzer's blind-case probe).
+    `rounding`: the baseline of a kernel that holds its probabilities in fp8 for P.V (ProbabilityRounding).
     The float64 pass over the case's own masks also reports the logits' rounding spread (Expected.logit_spread).
     """
     case = inputs.case
@@ -62,7 +64,7 @@ def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bo
             soft_cap=case.soft_cap, sink=None if inputs.sinks is None else inputs.sinks.to(dtype),
             bias=None if inputs.qq_bias is None else new_token_bias(inputs.qq_bias, seq.query_len, k.shape[0]).to(
                 device=query.device, dtype=dtype),
-            dtype=dtype, reorder=reorder, chunk_elements=chunk_elements, key_chunk=key_chunk)
+            dtype=dtype, reorder=reorder, chunk_elements=chunk_elements, key_chunk=key_chunk, rounding=rounding)
         outputs.append(out)
         lses.append(lse)
         counts.append(mask.sum(-1).expand(case.num_heads, -1).transpose(0, 1))
@@ -147,7 +149,8 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
                     alibi: tuple[Tensor, object] | None = None,
                     soft_cap: float | None = None, sink: Tensor | None = None, bias: Tensor | None = None,
                     dtype: torch.dtype = torch.float64, reorder: bool = False,
-                    chunk_elements: int = CHUNK_ELEMENTS, key_chunk: int = KEY_CHUNK) -> tuple[Tensor, Tensor]:
+                    chunk_elements: int = CHUNK_ELEMENTS, key_chunk: int = KEY_CHUNK,
+                    rounding: ProbabilityRounding | None = None) -> tuple[Tensor, Tensor]:
     """Output [q, H, D_v] and LSE [q, H] of one sequence: q [q, H, D], k/v [kv, H_kv, D], visible [H|1, q, kv].
 
     `bias` [q, kv] is added to every head's scores after the soft-cap (as ALiBi is).
@@ -168,7 +171,7 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
             q[rows].to(dtype), k[keys].to(dtype), v[keys].to(dtype), visible[:, rows, keys],
             scale=scale, q_pos=q_pos[rows], k_pos=k_pos[keys],
             alibi=alibi, soft_cap=soft_cap, reorder=reorder,
-            bias=None if bias is None else bias[rows, keys])
+            bias=None if bias is None else bias[rows, keys], rounding=rounding)
         out[rows], lse[rows] = merge_attn_states(out[rows], lse[rows], part_out, part_lse)
     if sink is not None:
         out, lse = add_sink(out, lse, sink)
@@ -212,7 +215,7 @@ def block_scores(q: Tensor, k: Tensor, visible: Tensor, *, scale: float, q_pos: 
 
 def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor,
                   k_pos: Tensor, alibi, soft_cap: float | None, reorder: bool,
-                  bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                  bias: Tensor | None = None, rounding: ProbabilityRounding | None = None) -> tuple[Tensor, Tensor]:
     """(output [q, H, D_v], lse [q, H]) of q over one block of keys k/v [k, H_kv, D], in q's dtype.
 
     Query head h = n * G + g reads kv head n (G = H / H_kv query heads per kv head): the heads are
@@ -222,7 +225,8 @@ def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: fl
     scores = block_scores(q, k, visible, scale=scale, q_pos=q_pos, k_pos=k_pos, alibi=alibi, soft_cap=soft_cap,
                           reorder=reorder, bias=bias)
     lse = logsumexp_with_sink(scores, None)  # [H, q]
-    p = probabilities(scores, lse).reshape(kv_heads, num_heads // kv_heads, num_q, k.shape[0])
+    p = probabilities(scores, lse) if rounding is None else rounded_probabilities(scores, lse, rounding)
+    p = p.reshape(kv_heads, num_heads // kv_heads, num_q, k.shape[0])
     out = product("ngqk,knd->qngd", p, v).reshape(num_q, num_heads, v.shape[-1])
     return out, lse.transpose(0, 1)
 

@@ -25,7 +25,7 @@ from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, gemm_oper
 from . import transfer
 from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap, logit_spread
-from .softmax import logsumexp_with_sink, probabilities
+from .softmax import ProbabilityRounding, logsumexp_with_sink, probabilities, rounded_probabilities
 from .visibility import query_positions, visible
 
 # Padded score elements (B x H x max_q x max_k) up to which a case is packed: a quarter of one chunk of the
@@ -131,7 +131,8 @@ class PackedScores:
     sink: Tensor | None
     spread: Tensor | None = None  # 0-dim: Expected.logit_spread under the case's own mask (the float64 pass)
 
-    def attend(self, mask: Tensor | None = None, counts: bool = True) -> Expected:
+    def attend(self, mask: Tensor | None = None, counts: bool = True,
+               rounding: ProbabilityRounding | None = None) -> Expected:
         """Output [N, H, D_v], LSE [N, H] and (`counts`) visible-key counts of every real query row under `mask`
         (default: the case's own, which also carries the logits' rounding spread), in token order."""
         spread = self.spread if mask is None else None
@@ -140,7 +141,8 @@ class PackedScores:
         kv_heads = self.values.shape[2]
         masked = self.scores.masked_fill(~mask, -math.inf)
         lse = logsumexp_with_sink(masked, None)  # [B, H, Q]
-        p = probabilities(masked, lse).reshape(b, kv_heads, h // kv_heads, q, k)
+        p = probabilities(masked, lse) if rounding is None else rounded_probabilities(masked, lse, rounding)
+        p = p.reshape(b, kv_heads, h // kv_heads, q, k)
         out = value_product(p, self.values)
         real = self.row_index  # integer indexing: a boolean index would read its count back from the device
         out, lse = out.flatten(0, 1)[real], lse.transpose(1, 2).flatten(0, 1)[real]  # [N, H, D_v], [N, H]
@@ -203,6 +205,8 @@ def packed_attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reor
     return pack_scores(inputs, dtype=dtype, reorder=reorder).attend()
 
 
-def packed_baseline(inputs: Inputs, dtype: torch.dtype, layout: PackedLayout) -> Expected:
-    """The tolerance rule's baseline of a packable case (scale on the keys, in `dtype`): output and LSE only."""
-    return pack_scores(inputs, dtype=dtype, reorder=True, layout=layout).attend(counts=False)
+def packed_baseline(inputs: Inputs, dtype: torch.dtype, layout: PackedLayout,
+                    rounding: ProbabilityRounding | None = None) -> Expected:
+    """The tolerance rule's baseline of a packable case (scale on the keys, in `dtype`, the probabilities held as
+    `rounding` says): output and LSE only."""
+    return pack_scores(inputs, dtype=dtype, reorder=True, layout=layout).attend(counts=False, rounding=rounding)

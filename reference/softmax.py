@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -39,3 +40,28 @@ def probabilities(scores: Tensor, lse: Tensor) -> Tensor:
     safe_lse = torch.where(finite, lse, torch.zeros_like(lse))
     p = torch.exp(scores - safe_lse[..., None])
     return torch.where(finite[..., None], p, torch.zeros_like(p))
+
+
+@dataclass(frozen=True)
+class ProbabilityRounding:
+    """How a kernel that runs its P.V product in fp8 holds the softmax weights: the online softmax's unnormalized
+    weights exp(s - running max), in (0, 1], times `scale`, rounded to `dtype` (FlashInfer's sm90 fp8 prefill scales
+    by the format's largest value, 448 for e4m3; vLLM's Triton attention by 1, so weights under e4m3's smallest
+    subnormal 2^-9 / 2 become 0). The normalizer sums the unrounded weights."""
+
+    dtype: torch.dtype
+    scale: float
+
+
+def rounded_probabilities(scores: Tensor, lse: Tensor, rounding: ProbabilityRounding) -> Tensor:
+    """probabilities(scores, lse) as held by a kernel that rounds them so (ProbabilityRounding): the weights relative
+    to the row's largest score (a tile's running max in the kernel: the same relative rounding), scaled, rounded to
+    the fp8 dtype and scaled back, times exp(max - lse). Rows without a visible key give 0."""
+    if scores.shape[-1] == 0:
+        return scores.clone()
+    top = scores.amax(-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    weights = torch.exp(scores - top)
+    held = (weights * rounding.scale).to(rounding.dtype).to(scores.dtype) / rounding.scale
+    finite = torch.isfinite(lse)[..., None]
+    return torch.where(finite, held * torch.exp(top - torch.where(finite, lse[..., None], top)), torch.zeros_like(held))

@@ -15,7 +15,7 @@ from backends._repro_cache import HELPERS, PLAIN_INPUTS, quantized, storage, sto
 
 __all__ = ["ReproUnsupported", "write_repro"]
 from backends.registry import get
-from fuzz.tolerance import rule_for
+from fuzz.tolerance import probability_rounding, rule_for
 from reference.case import Case
 
 FOOTER = '''
@@ -63,6 +63,16 @@ if __name__ == "__main__":
 '''
 
 
+def p_fp8(case: Case, declared: float | None) -> str:
+    """The baseline's probability rounding as a constant (fuzz.tolerance.probability_rounding): (fp8 dtype, scale) for
+    a kernel that runs P.V in fp8, read by the script's attention function; None otherwise."""
+    rounding = probability_rounding(case, declared)
+    if rounding is None:
+        return "P_FP8 = None  # the baseline keeps its probabilities in DTYPE"
+    return (f"P_FP8 = (torch.{str(rounding.dtype).removeprefix('torch.')}, {rounding.scale!r})  # the kernel runs "
+            "P.V in fp8: the baseline's weights exp(s - max) x scale, rounded to it")
+
+
 def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> str:
     """The repro script's text for `case` on `backend_name`; ReproUnsupported says why it cannot be written."""
     try:
@@ -86,7 +96,7 @@ def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> s
     inputs = stored_inputs(backend.repro_writes_cache) if quantized(case) else PLAIN_INPUTS
     parts = [header, constants(case), f'DEVICE = "{device}"', f"FACTOR = {rule.factor}",
              f"ABS_FLOOR = {rule.abs_floor}", f"LSE_FACTOR = {rule.lse_factor}",
-             f"LSE_FLOOR = {rule.lse_floor}\n\n", draw_inputs(case), storage(case), MASKS, HELPERS,
+             f"LSE_FLOOR = {rule.lse_floor}", p_fp8(case, backend.caps.fp8_probabilities) + "\n\n", draw_inputs(case), storage(case), MASKS, HELPERS,
              attention_function("reference", "torch.float64"),
              "\n# --- the kernel under test, called as attnref's adapter calls it ---" + kernel,
              FOOTER.format(dtype=case.dtype.value, inputs=inputs.format(dtype=case.dtype.value))]

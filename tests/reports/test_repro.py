@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from backends.registry import get
 from reports.repro import ReproUnsupported, write_repro
 from fuzz.compare import evaluate
 from fuzz.strategies import Limits, cases
+from fuzz.tolerance import probability_rounding
 from reference import attention
 from reference.case import (BlockSparse, CacheSpec, Case, DType, GlobalPrefix, KVCacheDType, KVLayout, Quant, SequenceSpec, ValueDistribution,
                             Values)
@@ -183,3 +185,22 @@ def test_a_layer_script_builds_vllm_s_attention_and_reads_back_its_scales(dynami
     expected_q_scale = float(materialize(case).q_scale[0])
     assert ns["Q_FP8_SCALE"] == expected_q_scale and (expected_q_scale != 1.0 or not dynamic)
     assert_script_reference_is_the_oracle(case, backend.name)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases(replace(get("vllm-layer-flashinfer").caps, kv_cache_dtypes=frozenset({KVCacheDType.FP8_E4M3})),
+             Limits(max_context=40, max_query=6)))
+def test_a_script_s_baseline_holds_p_as_its_backend_declares(case):
+    """FLASHINFER runs its fp8-query prefills' P.V in fp8 (Capabilities.fp8_probabilities): the script's baseline holds
+    its probabilities as attnref's does, and only then (its decodes read a 16-bit query). Compared in float32, where
+    the two passes' scores agree closely enough that no weight rounds to another e4m3 value."""
+    text = write_repro(case, "vllm-layer-flashinfer")
+    rounding = probability_rounding(case, 448.0)
+    assert ("P_FP8 = (torch.float8_e4m3fn, 448.0)" in text) == (rounding is not None)
+    ns = load(text)
+    stored = ns["store"](*ns["draw_inputs"]())
+    script, _ = ns["reference"](*ns["read_back"](*stored, torch.float32), torch.float32)
+    ours = attention(materialize(case), dtype=torch.float32, reorder=True, rounding=rounding).output
+    assert torch.allclose(script, ours, rtol=0, atol=1e-4 * float(ours.abs().max()) + 1e-6)
+    if rounding is None:
+        assert "P_FP8 = None" in text
