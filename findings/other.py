@@ -193,8 +193,9 @@ HARNESS = (
           "saved TRITON_ATTN case 0.94x, the error of a baseline that rounds them so. Each backend now declares "
           "it (Capabilities.fp8_probabilities), the baseline follows (reference.softmax.rounded_probabilities; "
           "tests/fuzz/test_fp8_probabilities.py), and every such row passes on the CPU rejudge (benchmarks/rejudge.py) "
-          "while every FLASHINFER soft-cap row of the same run still fails (flashinfer-fp8-prefill-soft-cap). The "
-          "cases stay as regression cases.",
+          "while every FLASHINFER soft-cap row of the same run still fails (flashinfer-fp8-prefill-soft-cap). On the H200 "
+          "with the declaration, none of 444 such TRITON_ATTN layer rows without other features failed "
+          "(vllm/layers-flex-flashinfer-fp8-h200-2026-11-26.md). The cases stay as regression cases.",
           ("vllm-layer-triton-fp8-query-p-rounding.json", "vllm-layer-flashinfer-fp8-query-p-rounding.json"),
           "tolerance/fp8-probabilities-2026-11-26.md", device="H200", status="fixed in attnref"),
     Entry("vllm-mla-layer-small-workspace-seqs", Kind.HARNESS, VLLM, "attnref's vllm-layer-flashmla (small workspace)",
