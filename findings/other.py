@@ -184,7 +184,7 @@ HARNESS = (
           ("vllm-layer-triton-dynamic-scales-one-token.json", "vllm-layer-triton-dynamic-scales-mqa-one-key.json"),
           LAYERS, device="H200", status="fixed in attnref"),
     Entry("vllm-fp8-probabilities", Kind.HARNESS, VLLM,
-          "attnref's tolerance baseline for vllm-layer-triton and vllm-(backend|layer)-flashinfer (fp8 query and cache)",
+          "attnref's tolerance baseline for vllm-layer-triton and vllm-(backend|layer)-flashinfer (fp8 query, cache)",
           "With an fp8 query over an fp8 cache these kernels run P.V in fp8: vLLM's Triton attention rounds its "
           "unnormalized probabilities to e4m3 as they are (tl.dot(P.to(V.dtype), V)), FlashInfer's sm90 fp8 prefill "
           "after multiplying them by 448 (StandardFP8Attention's p_scale). The baseline kept them 16-bit, so 41 of "
@@ -193,8 +193,8 @@ HARNESS = (
           "saved TRITON_ATTN case 0.94x, the error of a baseline that rounds them so. Each backend now declares "
           "it (Capabilities.fp8_probabilities), the baseline follows (reference.softmax.rounded_probabilities; "
           "tests/fuzz/test_fp8_probabilities.py), and every such row passes on the CPU rejudge (benchmarks/rejudge.py) "
-          "while every FLASHINFER soft-cap row of the same run still fails (flashinfer-fp8-prefill-soft-cap). On the H200 "
-          "with the declaration, none of 444 such TRITON_ATTN layer rows without other features failed "
+          "while every FLASHINFER soft-cap row of the same run still fails (flashinfer-fp8-prefill-soft-cap). On the "
+          "H200 with the declaration, none of 444 such TRITON_ATTN layer rows without other features failed "
           "(vllm/layers-flex-flashinfer-fp8-h200-2026-11-26.md). The cases stay as regression cases.",
           ("vllm-layer-triton-fp8-query-p-rounding.json", "vllm-layer-flashinfer-fp8-query-p-rounding.json"),
           "tolerance/fp8-probabilities-2026-11-26.md", device="H200", status="fixed in attnref"),

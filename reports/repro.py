@@ -96,7 +96,8 @@ def write_repro(case: Case, backend_name: str, specs: tuple[str, ...] = ()) -> s
     inputs = stored_inputs(backend.repro_writes_cache) if quantized(case) else PLAIN_INPUTS
     parts = [header, constants(case), f'DEVICE = "{device}"', f"FACTOR = {rule.factor}",
              f"ABS_FLOOR = {rule.abs_floor}", f"LSE_FACTOR = {rule.lse_factor}",
-             f"LSE_FLOOR = {rule.lse_floor}", p_fp8(case, backend.caps.fp8_probabilities) + "\n\n", draw_inputs(case), storage(case), MASKS, HELPERS,
+             f"LSE_FLOOR = {rule.lse_floor}", p_fp8(case, backend.caps.fp8_probabilities) + "\n\n",
+             draw_inputs(case), storage(case), MASKS, HELPERS,
              attention_function("reference", "torch.float64"),
              "\n# --- the kernel under test, called as attnref's adapter calls it ---" + kernel,
              FOOTER.format(dtype=case.dtype.value, inputs=inputs.format(dtype=case.dtype.value))]

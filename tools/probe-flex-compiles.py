@@ -14,7 +14,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 
 from backends.registry import get  # noqa: E402
@@ -43,8 +42,9 @@ def graphs() -> int:
 def shape(case) -> str:
     c = case.cache
     blocks = "-" if c is None else f"{c.block_size}x{c.table.value}+{c.spare_blocks}"
+    keys = max(s.context_len + s.query_len for s in case.sequences)
     return (f"{case.dtype.value} h{case.head_size} {case.num_heads}/{case.num_kv_heads} tokens {case.num_tokens} "
-            f"seqs {len(case.sequences)} blocks {blocks} max_kv {max(s.context_len + s.query_len for s in case.sequences)} "
+            f"seqs {len(case.sequences)} blocks {blocks} max_kv {keys} "
             f"features {','.join(sorted(case.features()))}")
 
 
