@@ -102,8 +102,10 @@ OPEN = (
           "MLAAttention.forward_mha (TRITON_MLA, FA3 prefill), chunked context",
           "A prefill over a 16,380-key context in a 128-token workspace (128 chunks) merges each chunk into 16-bit "
           "partial states (merge_attn_states into the model dtype): 2 of 10,917 batches with prefills 1.0-1.2x the "
-          "limit (the shrunk case 1.7x), both with such a context; not yet separated from that rounding, which the "
-          "tolerance rule (one attention) does not model.",
+          "limit (the shrunk case 1.7x), both with such a context. Not that rounding: the merges emulated exactly "
+          "(chunk outputs in float16, LSE in float32, every attention exact; tolerance/chunk-merges-2026-11-26.md) "
+          "leave the shrunk case 0.0059 off with 128-token chunks, a sixth of the kernel's 0.035; not yet matched to "
+          "a mechanism.",
           ("vllm-layer-triton-mla-chunked-context-merges.json",), MLA_LAYER, device="H200"),
     Entry("vllm-layer-flash-long-fp16-margin", O, VLLM, "FlashAttentionBackend (FA3) under vLLM's Attention layer, float16",
           "One row of 44,088 evaluated: 6 queries over 16,383 cached keys, a 15,165-key window and soft-cap 50, "
