@@ -116,8 +116,13 @@ OPEN = (
           "(58.59375 for 58.5625, baseline error 0), 2.0x the limit; 2 such rows (the minimal case and one more) of "
           "the 252 window rows without another family's feature, 540 other rows with that window passed. Its "
           "bucket, [paged, window], also counted 503 rows of catalogued families (PrefixLM, ALiBi with sinks, the fp8 "
-          "query's P rounding, per-token-head windows), whose features include its minimal case's.",
-          ("vllm-layer-triton-window-one-key-ulp.json",), FI_SM90, device="H200"),
+          "query's P rounding, per-token-head windows), whose features include its minimal case's. Mechanism, read "
+          "in the source and emulated on the CPU to the kernel's last bit (vllm/triton-window-running-max-2026-11-26.md"
+          "): the Q block's tile loop starts at its first query's window, a fully masked tile sets the row's running "
+          "max to 0, and with negative scores P = exp(s) is rounded to float16 while L sums it in float32. The "
+          "emulation predicts output 0 once the row's scores are below about -17.3; not yet run on the device.",
+          ("vllm-layer-triton-window-one-key-ulp.json",), "vllm/triton-window-running-max-2026-11-26.md",
+          device="H200"),
     Entry("vllm-flashinfer-module-timeouts", O, VLLM, "FLASHINFER whole and under its layer (JIT-built modules)",
           "In a 420-s campaign (308 rows, H200) 10 rows were killed at the 120-s example timeout within 12 s of each "
           "other, their minimal replays too. Each was the first call of a FlashInfer module its compile key had not "
