@@ -111,18 +111,6 @@ OPEN = (
           "One row of 44,088 evaluated: 6 queries over 16,383 cached keys, a 15,165-key window and soft-cap 50, "
           "1.17x the limit; not yet separated from the tolerance rule's float16 floor at that length.",
           ("vllm-layer-flash-fp16-long-window-margin.json",), FI_SM90, device="H200"),
-    Entry("vllm-layer-triton-window-one-key-ulp", O, VLLM, "TritonAttentionBackend under vLLM's Attention layer, float16",
-          "A window of one key (the query's own) with values x32: the output is one float16 ulp off the value "
-          "(58.59375 for 58.5625, baseline error 0), 2.0x the limit; 2 such rows (the minimal case and one more) of "
-          "the 252 window rows without another family's feature, 540 other rows with that window passed. Its "
-          "bucket, [paged, window], also counted 503 rows of catalogued families (PrefixLM, ALiBi with sinks, the fp8 "
-          "query's P rounding, per-token-head windows), whose features include its minimal case's. Mechanism, read "
-          "in the source and emulated on the CPU to the kernel's last bit (vllm/triton-window-running-max-2026-11-26.md"
-          "): the Q block's tile loop starts at its first query's window, a fully masked tile sets the row's running "
-          "max to 0, and with negative scores P = exp(s) is rounded to float16 while L sums it in float32. The "
-          "emulation predicts output 0 once the row's scores are below about -17.3; not yet run on the device.",
-          ("vllm-layer-triton-window-one-key-ulp.json",), "vllm/triton-window-running-max-2026-11-26.md",
-          device="H200"),
     Entry("vllm-flashinfer-module-timeouts", O, VLLM, "FLASHINFER whole and under its layer (JIT-built modules)",
           "In a 420-s campaign (308 rows, H200) 10 rows were killed at the 120-s example timeout within 12 s of each "
           "other, their minimal replays too. Each was the first call of a FlashInfer module its compile key had not "
