@@ -210,7 +210,10 @@ def {name}(q, ks, vs, dtype={dtype}):
         p = torch.exp(s - lse[..., None]).nan_to_num(0.0)  # an empty row: output 0
         rounding = globals().get("P_FP8")
         if rounding is not None and dtype != torch.float64:  # the kernel's P.V in fp8: its weights as it holds them
-            top = s.amax(-1, keepdim=True).nan_to_num(0.0, neginf=0.0)
+            top = s.amax(-1, keepdim=True)
+            if SINKS is not None:  # the running max starts at the sink
+                top = torch.maximum(top, SINKS.to(s.dtype)[:, None, None])
+            top = top.nan_to_num(0.0, neginf=0.0)
             held = (torch.exp(s - top) * rounding[1]).to(rounding[0]).to(s.dtype) / rounding[1]
             p = torch.where(torch.isfinite(lse)[..., None], held * torch.exp(top - lse[..., None]), 0.0).to(s.dtype)
         outs.append(torch.einsum("hqk,khd->qhd", p, v))

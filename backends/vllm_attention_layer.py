@@ -108,7 +108,8 @@ def vllm_attention_layer_backends() -> list[Backend]:
             if whole.cls in QUANTIZES_QUERY:  # the layer hands the impl an fp8 (e4m3) query
                 # over an e5m2 cache the query is e4m3 too, which the Case's q_fp8 (e4m3 caches) does not describe
                 # and with an fp8 query triton_unified_attention keeps V in fp8 (_cast_kv_tile) and runs
-                # tl.dot(P.to(V.dtype), V): P rounded to e4m3 unscaled
+                # tl.dot(P.to(V.dtype), V): P rounded to e4m3 unscaled, relative to a running max that starts at the
+                # sink (init_softmax_M)
                 caps = replace(caps, features=caps.features | {Feature.Q_FP8}, fp8_query_only=True,
                                kv_cache_dtypes=caps.kv_cache_dtypes - {KVCacheDType.FP8_E5M2}, fp8_probabilities=1.0)
         description = whole.description.replace(" whole", " under vLLM's Attention layer")

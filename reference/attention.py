@@ -171,7 +171,8 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
             q[rows].to(dtype), k[keys].to(dtype), v[keys].to(dtype), visible[:, rows, keys],
             scale=scale, q_pos=q_pos[rows], k_pos=k_pos[keys],
             alibi=alibi, soft_cap=soft_cap, reorder=reorder,
-            bias=None if bias is None else bias[rows, keys], rounding=rounding)
+            bias=None if bias is None else bias[rows, keys], rounding=rounding,
+            sink=None if sink is None or rounding is None else sink.to(dtype))
         out[rows], lse[rows] = merge_attn_states(out[rows], lse[rows], part_out, part_lse)
     if sink is not None:
         out, lse = add_sink(out, lse, sink)
@@ -215,17 +216,20 @@ def block_scores(q: Tensor, k: Tensor, visible: Tensor, *, scale: float, q_pos: 
 
 def _attend_block(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor,
                   k_pos: Tensor, alibi, soft_cap: float | None, reorder: bool,
-                  bias: Tensor | None = None, rounding: ProbabilityRounding | None = None) -> tuple[Tensor, Tensor]:
+                  bias: Tensor | None = None, rounding: ProbabilityRounding | None = None,
+                  sink: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """(output [q, H, D_v], lse [q, H]) of q over one block of keys k/v [k, H_kv, D], in q's dtype.
 
     Query head h = n * G + g reads kv head n (G = H / H_kv query heads per kv head): the heads are
-    grouped in the einsum rather than copying each kv head G times."""
+    grouped in the einsum rather than copying each kv head G times. `sink` [H]: where a rounding kernel's running max
+    starts (rounded_probabilities); the sink itself joins the result later (add_sink)."""
     num_q, num_heads, _ = q.shape
     kv_heads = k.shape[1]
     scores = block_scores(q, k, visible, scale=scale, q_pos=q_pos, k_pos=k_pos, alibi=alibi, soft_cap=soft_cap,
                           reorder=reorder, bias=bias)
     lse = logsumexp_with_sink(scores, None)  # [H, q]
-    p = probabilities(scores, lse) if rounding is None else rounded_probabilities(scores, lse, rounding)
+    p = probabilities(scores, lse) if rounding is None else rounded_probabilities(
+        scores, lse, rounding, None if sink is None else sink[:, None, None])
     p = p.reshape(kv_heads, num_heads // kv_heads, num_q, k.shape[0])
     out = product("ngqk,knd->qngd", p, v).reshape(num_q, num_heads, v.shape[-1])
     return out, lse.transpose(0, 1)

@@ -141,7 +141,8 @@ class PackedScores:
         kv_heads = self.values.shape[2]
         masked = self.scores.masked_fill(~mask, -math.inf)
         lse = logsumexp_with_sink(masked, None)  # [B, H, Q]
-        p = probabilities(masked, lse) if rounding is None else rounded_probabilities(masked, lse, rounding)
+        p = probabilities(masked, lse) if rounding is None else rounded_probabilities(
+            masked, lse, rounding, None if self.sink is None else self.sink[None, :, None, None])
         p = p.reshape(b, kv_heads, h // kv_heads, q, k)
         out = value_product(p, self.values)
         real = self.row_index  # integer indexing: a boolean index would read its count back from the device

@@ -53,13 +53,18 @@ class ProbabilityRounding:
     scale: float
 
 
-def rounded_probabilities(scores: Tensor, lse: Tensor, rounding: ProbabilityRounding) -> Tensor:
+def rounded_probabilities(scores: Tensor, lse: Tensor, rounding: ProbabilityRounding,
+                          sink: Tensor | None = None) -> Tensor:
     """probabilities(scores, lse) as held by a kernel that rounds them so (ProbabilityRounding): the weights relative
     to the row's largest score (a tile's running max in the kernel: the same relative rounding), scaled, rounded to
-    the fp8 dtype and scaled back, times exp(max - lse). Rows without a visible key give 0."""
+    the fp8 dtype and scaled back, times exp(max - lse). `sink` (one logit per head, broadcast against the scores'
+    head dimension): the running max starts there (vLLM's init_softmax_M), so the weights are relative to the larger
+    of the two. Rows without a visible key give 0."""
     if scores.shape[-1] == 0:
         return scores.clone()
     top = scores.amax(-1, keepdim=True)
+    if sink is not None:
+        top = torch.maximum(top, sink.to(scores.dtype))
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
     weights = torch.exp(scores - top)
     held = (weights * rounding.scale).to(rounding.dtype).to(scores.dtype) / rounding.scale

@@ -120,3 +120,16 @@ def test_probability_rounding_applies_to_fp8_queries_over_fp8_caches_only():
                                                                 q_fp8_scale=None)))
     assert probability_rounding(auto, 1.0) is None
 
+
+def test_with_a_sink_the_weights_are_rounded_relative_to_it():
+    """vLLM's Triton attention starts its running max at the sink (init_softmax_M): with a sink above every score
+    the weights are exp(s - sink), and those under e4m3's smallest subnormal are 0. So modelled, the 57 failing
+    fp8-query sink cases of its layer without PrefixLM or ALiBi pass (results/tolerance/fp8-probabilities-2026-11-26.md)."""
+    scores = torch.tensor([[[-1.0, -2.0, -8.0]]], dtype=torch.float64)  # [H, q, k]
+    lse = torch.logsumexp(scores, -1)
+    rounding = ProbabilityRounding(E4M3, 1.0)
+    held = rounded_probabilities(scores, lse, rounding, torch.tensor([[[3.0]]], dtype=torch.float64))
+    expect = torch.exp(scores - 3.0).to(E4M3).double() * torch.exp(3.0 - lse[..., None])
+    assert torch.allclose(held, expect, rtol=1e-12, atol=0)
+    assert float(held[0, 0, 2]) == 0.0  # exp(-11)
+    assert not torch.allclose(held, rounded_probabilities(scores, lse, rounding))
