@@ -88,7 +88,7 @@ def main() -> None:
         ok = row["max_err"] <= rounded and row["mean_err"] <= mean_limit
         tally[row["features"]]["pass" if ok else "mismatch"] += 1
         print(f"| {row['source']} | {row['features']} | {row['max_err']:.4g} | {row['limit']:.4g} | {plain:.4g} | "
-              f"{rounded:.4g} | {row['mean_err']:.3g} / {mean_limit:.3g} | {row['max_err'] / base:.2f} | "
+              f"{rounded:.4g} | {row['mean_err']:.3g} / {mean_limit:.3g} | {row['max_err'] / base if base else float('inf'):.2f} | "
               f"{'pass' if ok else 'mismatch'} |")
     print("\n| features | distinct cases | pass now | mismatch now |\n|---|---|---|---|")
     for features, counts in sorted(tally.items()):

@@ -11,13 +11,13 @@ precision below exp(-9.7) (subnormal) and are 0 below about exp(-17.3): the row'
     python benchmarks/triton_running_max.py --rows RESULTS/rows.jsonl
 
 `--rows`: every distinct failing case of a campaign that the emulation writes out (a window and no other mask rule,
-no soft-cap, ALiBi or sinks, queries of more than one token: the 2D path), the kernel's recorded value at its worst
+no ALiBi or sinks, queries of more than one token: the 2D path), the kernel's recorded value at its worst
 element beside the emulation's, with and without the reset.
 
 Prints the emulated kernel's error against the oracle (and, given the case's row, the kernel's recorded value at its
 worst element beside the emulation's); `--scale` replaces the case's softmax scale (what a case with more negative
-scores would give). Cases with a soft-cap, ALiBi, sinks or mask rules are refused: the emulation does not write
-those out.
+scores would give). Cases with ALiBi, sinks or mask rules are refused: the emulation does not write those out (with
+a sink the running max starts at the sink and is never reset).
 """
 from __future__ import annotations
 
@@ -72,6 +72,9 @@ def emulate(case: Case, inputs, tile: int = 32, reset: bool = True) -> torch.Ten
                 for j in tile_range(seq.context_len, seq_len, seq.query_len, t, window, tile, block_m, per_kv):
                     keys = torch.arange(j * tile, min((j + 1) * tile, seq_len))
                     s = case.softmax_scale * (k[keys, h // per_kv] @ query[first + t, h])
+                    if case.soft_cap is not None:  # apply_softcap: x * tanh(S / x) through exp of both signs
+                        up, down = torch.exp(s / case.soft_cap), torch.exp(-s / case.soft_cap)
+                        s = case.soft_cap * (up - down) / (up + down)
                     s = torch.where(masks[i][min(h, masks[i].shape[0] - 1), t, keys], s, -math.inf)
                     m_j = max(m, float(s.max()))
                     if m_j == -math.inf and not reset:
@@ -87,8 +90,9 @@ def emulate(case: Case, inputs, tile: int = 32, reset: bool = True) -> torch.Ten
 
 
 def written_out(case: Case) -> bool:
-    """Whether the emulation writes the case's semantics out: causal attention with at most a sliding window."""
-    return not (case.soft_cap is not None or case.alibi is not None or case.sinks is not None or case.qq_bias or
+    """Whether the emulation writes the case's semantics out: causal attention with at most a sliding window and a
+    soft-cap."""
+    return not (case.alibi is not None or case.sinks is not None or case.qq_bias or
                 case.bidirectional_ranges is not None or case.global_prefix is not None or
                 case.chunk_lookback is not None)
 
@@ -132,7 +136,7 @@ def main() -> None:
     if a.scale is not None:
         case = case.replace(scale=a.scale)
     if not written_out(case):
-        sys.exit("the emulation writes out causal attention with at most a sliding window")
+        sys.exit("the emulation writes out causal attention with at most a sliding window and a soft-cap")
     inputs = materialize(case, "cpu")
     expected = attention(inputs).output
     got = emulate(case, inputs, a.tile).double()

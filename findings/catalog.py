@@ -159,11 +159,11 @@ VLLM_ROWS = (
           "block can meet a tile with none of its keys; softmax_step then sets that row's running max to 0 "
           "(m_j > -inf else 0) and keeps it there while the row's scores are negative: its weights are exp(s), not "
           "exp(s - max), and P.to(V.dtype) rounds them (to e4m3 with the layer's fp8 query, to float16 otherwise) "
-          "while L sums them in float32. Outputs are off by up to 42x the limit, and 0 where every weight rounds "
-          "to 0 (a float16 fp8-query row: 0 for 2.94). A CPU emulation of the loop as the source reads gives the "
-          "kernel's recorded value to the last bit in 11 of 11 cases, and the oracle's without the reset.",
+          "while L sums them in float32. Outputs are off by up to 3,096x the limit, and 0 where every weight rounds "
+          "to 0 (float16 fp8-query rows: 0 for 2.94, 0 for -26). A CPU emulation of the loop as the source reads "
+          "gives the kernel's recorded value to the last bit in 22 of 23 cases, and the oracle's without the reset.",
           ("vllm-layer-triton-fp8-window-running-max-reset.json", "vllm-layer-triton-fp8-window-zero-output.json",
-           "vllm-layer-triton-window-one-key-ulp.json"), "vllm/triton-window-running-max-2026-11-26.md",
+           "vllm-layer-triton-fp8-window-soft-cap-zero-output.json", "vllm-layer-triton-window-one-key-ulp.json"), "vllm/triton-window-running-max-2026-11-26.md",
           device="H200"),
     Entry("vllm-unified-soft-cap-nan", D, VLLM, "triton_unified_attention (apply_softcap)",
           "The soft-cap is computed from exp of both signs instead of tanh: NaN once |S / cap| > ~88.",
