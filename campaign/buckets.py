@@ -285,15 +285,20 @@ class Buckets:
         return kept
 
     def _count(self, bucket: Bucket, row: dict) -> None:
-        bucket.count += 1
-        bucket.others.update(features_of(row) - bucket.signature.features)
-        if bucket.first_seen is None or (row.get("t") or 0) < bucket.first_seen:
-            bucket.first_seen = row.get("t")
-        if len(bucket.examples) < self.keep_examples and row.get("example_id"):
-            bucket.examples.append(row["example_id"])
+        tally(bucket, row, self.keep_examples)
 
     def summary(self) -> list[Bucket]:
         return sorted(self.buckets.values(), key=lambda b: (b.signature.backend, -b.count))
+
+
+def tally(bucket: Bucket, row: dict, keep_examples: int) -> None:
+    """Count `row` in `bucket`: its count, the features beyond the minimal's, its first time, a few example ids."""
+    bucket.count += 1
+    bucket.others.update(features_of(row) - bucket.signature.features)
+    if bucket.first_seen is None or (row.get("t") or 0) < bucket.first_seen:
+        bucket.first_seen = row.get("t")
+    if len(bucket.examples) < keep_examples and row.get("example_id"):
+        bucket.examples.append(row["example_id"])
 
 
 def _most_general(found: list[Bucket]) -> Bucket | None:
@@ -341,11 +346,6 @@ def assign(rows: list[dict]) -> tuple[dict[str, Bucket], list[str | None]]:
     for r in rows:
         b = home.get(id(r))
         if b is not None:
-            b.count += 1
-            b.others.update(features_of(r) - b.signature.features)
-            if b.first_seen is None or (r.get("t") or 0) < b.first_seen:
-                b.first_seen = r.get("t")
-            if len(b.examples) < 3 and r.get("example_id"):
-                b.examples.append(r["example_id"])
+            tally(b, r, 3)
         ids.append(b.id if b else None)
     return buckets, ids
