@@ -21,14 +21,13 @@ import torch  # noqa: E402
 from reference.attention import attend_sequence, attention, query_for_oracle, sequence_kv, sequence_masks  # noqa: E402
 from reference.case import Case  # noqa: E402
 from reference.inputs import materialize  # noqa: E402
+from reference.merge import merge_attn_states  # noqa: E402
 
 
 def merged(o1, l1, o2, l2, dtype):
-    """merge_attn_states of two partial states: the output rounded to `dtype`, the LSE kept (float32 in vLLM)."""
-    top = torch.maximum(l1, l2)
-    w1, w2 = torch.exp(l1 - top), torch.exp(l2 - top)
-    out = (o1 * w1[..., None] + o2 * w2[..., None]) / (w1 + w2)[..., None]
-    return out.to(dtype).double(), (top + torch.log(w1 + w2)).float().double()
+    """merge_attn_states of two partial states, its output rounded to `dtype` and its LSE to float32 (vLLM's)."""
+    out, lse = merge_attn_states(o1, l1, o2, l2)
+    return out.to(dtype).double(), lse.float().double()
 
 
 def main() -> None:
