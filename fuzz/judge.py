@@ -16,6 +16,7 @@ from torch import Tensor
 from reference.attention import Expected
 from reference.inputs import Inputs
 from reference.softmax import all_finite
+from reference.widening import widen
 
 from .cache_write import judge_writes
 from .tolerance import Limits, ToleranceRule, limits, rule_for
@@ -43,13 +44,13 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
         record(row, [Symptom(Verdict.CONTRACT, "output-shape",
                              f"output shape {tuple(actual.output.shape)}, expected {tuple(exp_out.shape)}")])
         return
-    out = actual.output.to(exp_out.device).double()
+    out = widen(actual.output.to(exp_out.device))
     empty = expected.num_visible == 0  # rows that see no key: output must be exactly 0
     rule = rule_for(case.dtype, case.kv_cache_dtype)
     # One difference tensor for every metric; rows with keys selected once (a view when every row has keys)
     seen_rows = (lambda t: t[~empty]) if bool(empty.any()) else (lambda t: t.flatten(0, 1))
     diff = (out - exp_out).abs()
-    exp_seen, base_seen = seen_rows(exp_out), seen_rows(baseline.output.double())
+    exp_seen, base_seen = seen_rows(exp_out), seen_rows(widen(baseline.output))
     spread = 0.0 if expected.logit_spread is None else float(expected.logit_spread)
     lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse, spread)
     nonempty = seen_rows(diff)

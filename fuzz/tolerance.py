@@ -21,6 +21,7 @@ from torch import Tensor
 from reference.case import Case, DType, KVCacheDType
 from reference.quant import FP8_DTYPES
 from reference.softmax import ProbabilityRounding, all_finite
+from reference.widening import widen
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def rule_for(dtype: DType, kv_cache_dtype: KVCacheDType = KVCacheDType.AUTO) -> 
 def rounding_error(expected: Tensor, dtype: torch.dtype) -> Tensor:
     """The error of doing any arithmetic on `expected` in `dtype` (flash-attn's 0.3 trick), 0-dim, where it lives."""
     e = expected.to(dtype)
-    return ((e + 0.3 - 0.3).double() - expected).abs().max()
+    return (widen(e + 0.3 - 0.3) - expected).abs().max()
 
 
 def rounding_floor(expected: Tensor, dtype: torch.dtype) -> float:

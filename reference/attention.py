@@ -19,6 +19,7 @@ from .merge import merge_attn_states
 from .scores import alibi_bias, apply_soft_cap, logit_spread
 from .softmax import ProbabilityRounding, logsumexp_with_sink, probabilities, rounded_probabilities
 from .visibility import query_positions, visible
+from .widening import widen
 
 # Score-matrix elements one chunk may hold (2**22 float64 = 32 MiB), and keys per chunk.
 CHUNK_ELEMENTS = 2**22
@@ -133,7 +134,7 @@ def query_for_oracle(inputs: Inputs, dtype: torch.dtype) -> Tensor:
     """The query as the kernel sees it: dequantized from fp8 when the case quantizes it."""
     if inputs.query_fp8 is not None:
         return quant.dequantize(inputs.query_fp8, inputs.q_scale, dtype)
-    return inputs.query.to(dtype)
+    return widen(inputs.query, dtype)
 
 
 def sequence_kv(inputs: Inputs, i: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -141,7 +142,7 @@ def sequence_kv(inputs: Inputs, i: int, dtype: torch.dtype) -> tuple[Tensor, Ten
     n = inputs.case.kv_lens[i]
     if inputs.cache is not None:
         return read_kv(inputs.cache, inputs.block_table[i], n, dtype)
-    return inputs.keys[i].to(dtype), inputs.values[i].to(dtype)
+    return widen(inputs.keys[i], dtype), widen(inputs.values[i], dtype)
 
 
 def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float,

@@ -22,6 +22,7 @@ from torch import Tensor
 from .attention import Expected, attend_sequence, new_token_bias, query_for_oracle, sequence_kv, sequence_masks
 from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap
+from .widening import widen
 
 EXACT_BELOW = 1e-6  # 1 - w under this: the dropped key's row is attended again
 
@@ -40,6 +41,16 @@ def pair_scores(inputs: Inputs, i: int, q: Tensor, k: Tensor, key: Tensor, q_pos
         bias = new_token_bias(inputs.qq_bias, q.shape[1], case.kv_lens[i]).to(device=q.device, dtype=scores.dtype)
         scores = scores + bias.expand(key.shape[0], -1, -1).gather(-1, key[..., None])[..., 0]
     return scores
+
+
+def keys_at(inputs: Inputs, i: int, key: Tensor, kv_head: Tensor) -> tuple[Tensor, Tensor]:
+    """Sequence i's keys and values at (key, kv_head) index pairs, in float64: picked before widening where the
+    sequence's keys are not in a cache (widening the whole sequence to pick one key a row cost a quarter of the check:
+    key_changes over 85 drawn unpacked cases, one CPU thread, 1.38 -> 1.03 s)."""
+    if inputs.cache is None:
+        return widen(inputs.keys[i][key, kv_head]), widen(inputs.values[i][key, kv_head])
+    k, v = sequence_kv(inputs, i, torch.float64)
+    return k[key, kv_head], v[key, kv_head]
 
 
 def key_changes(inputs: Inputs, expected: Expected,
@@ -65,8 +76,7 @@ def key_changes(inputs: Inputs, expected: Expected,
         rows = flip.any(-1)
         key = flip.to(torch.uint8).argmax(-1)  # [H, q]: the key that changed (0 where none did)
         added = moved.expand(heads, -1, -1).gather(-1, key[..., None])[..., 0] & rows
-        k, v = sequence_kv(inputs, i, torch.float64)
-        k_j, v_j = k[key, kv_head[:, None]], v[key, kv_head[:, None]]  # [H, q, D], [H, q, D_v]
+        k_j, v_j = keys_at(inputs, i, key, kv_head[:, None])  # [H, q, D], [H, q, D_v]
         s = pair_scores(inputs, i, query[start:end].transpose(0, 1), k_j, key, positions[i])
         out, lse = expected.output[start:end].transpose(0, 1), expected.lse[start:end].transpose(0, 1)
         w = torch.exp(s - lse)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .case import KVCacheDType
+from .widening import widen
 
 FP8_DTYPES = {KVCacheDType.FP8_E4M3: torch.float8_e4m3fn, KVCacheDType.FP8_E5M2: torch.float8_e5m2}
 FP8_MAX = {KVCacheDType.FP8_E4M3: 448.0, KVCacheDType.FP8_E5M2: 57344.0}
@@ -39,7 +40,7 @@ def quantize_int8(x: Tensor, scale: Tensor | float) -> Tensor:
 def dequantize(stored: Tensor, scale: Tensor | float, dtype: torch.dtype = torch.float64) -> Tensor:
     """stored * scale, computed in `dtype`."""
     scale = scale.to(dtype) if isinstance(scale, Tensor) else scale
-    return stored.to(dtype) * scale
+    return widen(stored, dtype) * scale
 
 
 def per_token_head_int8_scale(x: Tensor) -> Tensor:
