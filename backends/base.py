@@ -300,6 +300,12 @@ class Backend:
     # prefill modules; built alike by both, the second build waited on FlashInfer's own lock while holding a slot.
     jit_module_space: str | None = None
 
+    # A first call of a module some process on the host built only loads it into this worker's process, on the core
+    # the worker already holds (no compiler fanning out beyond it): it needs no compile slot, only a build does
+    # (campaign.claims). Not FlashInfer's: a "load" of a module built elsewhere sometimes ran its nvcc build again
+    # (163-230 s, benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md).
+    loads_in_process: bool = False
+
     def jit_variant(self, case: Case) -> tuple | None:
         """What the library builds one module for when that is finer than the compile key (compiled_per and
         compiled_features, the campaign's coverage unit); None: the compile key. A campaign's first call of a new

@@ -272,15 +272,18 @@ class Worker:
     # --- tasks ----------------------------------------------------------------------------------
     def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[str | None, Claim | None]:
         """(the case's compile key when the case waits for it, None) or (None, the claim to build or load its module
-        here now; None when this process has run it): campaign.claims. Building a module and loading a built one
-        into this process both take a compile slot (measured on an H100: FA4's first calls take 2-5 s in each process,
-        FlashInfer's builds 5-400 s); a case waits while another process builds its module or every slot is busy, and
+        here now; None when this process has run it, or loads it without a slot): campaign.claims. Building a module
+        and loading a built one into this process both take a compile slot (measured on an H100: FA4's first calls take
+        2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads in process
+        (Backend.loads_in_process); a case waits while another process builds its module or every slot is busy, and
         the driver hands it to a worker that has the key loaded."""
         gated = self._module(backend, case)
         if gated is None or (backend.name, gated[1]) in self._units:
             return None, None
         text, unit = gated
         built_here = (unit == text and text in built) or self.claims.is_built(backend.name, unit)
+        if built_here and backend.loads_in_process:  # a load on this worker's own core: no slot (Backend)
+            return None, None
         claim = self.claims.slot_only() if built_here else self.claims.claim(
             backend.name, unit, covers=text, space=backend.jit_module_space or "")
         return (text, None) if claim is None else (None, claim)

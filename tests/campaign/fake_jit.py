@@ -4,7 +4,7 @@ $FAKE_JIT_DIR says some process built it (a module cache on disk, as FA4's, Flas
 appends "key start end" to $FAKE_JIT_DIR/builds.log, so a test can count builds per key and builds at once.
 `test-fake-jit-variants` builds one module per attention type within a key, as FA4 and FlashInfer build finer
 variants (Backend.jit_variant), each for VARIANT_COMPILE_S, and loads one another process built for VARIANT_LOAD_S
-(logged to loads.log)."""
+(logged to loads.log); `test-fake-jit-in-process-loads` is the same with loads that need no compile slot."""
 from __future__ import annotations
 
 import os
@@ -66,5 +66,12 @@ class FakeJitVariants(FakeJit):
         return (case.dtype.value, case.head_size, case.attn_type.value)
 
 
+class FakeJitInProcessLoads(FakeJitVariants):
+    """Loads a variant another process built inside its own process (as FA4 does): Backend.loads_in_process."""
+
+    name = "test-fake-jit-in-process-loads"
+    loads_in_process = True
+
+
 def backends():
-    return [FakeJit(), FakeJitVariants()]
+    return [FakeJit(), FakeJitVariants(), FakeJitInProcessLoads()]

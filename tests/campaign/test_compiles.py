@@ -264,6 +264,25 @@ def test_every_first_call_of_a_variant_holds_a_slot_deferred_ones_too(tmp_path, 
     assert at_once <= 2, sorted(firsts)
 
 
+def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkeypatch):
+    """A backend that loads a variant built elsewhere inside its own process (FA4: Backend.loads_in_process) loads it
+    where the case lands, beside builds that fill the one compile slot of 3 workers at --compile-share 0.34: held to
+    the slots, FA4's loads ran one at a time and fa4-paged fell from 10.1 to 3.9 rows/s on an H100
+    (campaigns/jit-untold-h100-2026-11-26.md). Builds still hold the slot, one at a time."""
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit-in-process-loads"], examples=None, seconds=30,
+                         workers=3, progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
+                         cache_dir=str(tmp_path / "c"), compile_share=0.34,
+                         limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]})
+    run_campaign(cfg)
+    builds, loads = _builds(tmp_path), _builds(tmp_path, "loads.log")
+    assert len(builds) >= 2 and len(loads) >= 2, "few builds or loads: the test would prove nothing"
+    spans = [(a, b) for _, a, b in builds]
+    assert all(sum(1 for a2, b2 in spans if a2 < b and a < b2) == 1 for a, b in spans), sorted(spans)
+    firsts = spans + [(a, b) for _, a, b in loads]
+    assert max(sum(1 for a2, b2 in firsts if a2 <= a < b2) for a, _ in firsts) >= 2, sorted(firsts)
+
+
 def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
     cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], examples=30, workers=2, progress=False,
