@@ -71,9 +71,10 @@ class FA4(Backend):
     library = "flash_attn.cute"
     compiled_per = ("dtypes", "head_sizes")  # CuTe DSL: a compile per dtype, head dim and mask flags
     compiled_features = (Feature.HEAD_SIZE_V, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)
-    # a variant another worker compiled loads from FA4's disk cache inside this process (2-5 s on an H100). Held to the
-    # compile slots beside the builds, such loads ran one at a time and fa4-paged fell from 10.1 to 3.9 rows/s in an
-    # untold 10-minute campaign (campaigns/jit-untold-h100-2026-11-26.md)
+    # a variant another worker compiled loads from FA4's disk cache inside this process (2-5 s on an H100). Once such
+    # loads of waiting cases were held to the compile slots beside the builds, fa4-paged fell from 10.1 to 3.9 rows/s
+    # in an untold 10-minute campaign (campaigns/jit-untold-h100-2026-11-26.md; the other change of that tree, tours by
+    # share, is not yet measured apart)
     loads_in_process = True
 
     def __init__(self, name: str, paged: bool) -> None:

@@ -266,9 +266,9 @@ def test_every_first_call_of_a_variant_holds_a_slot_deferred_ones_too(tmp_path, 
 
 def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkeypatch):
     """A backend that loads a variant built elsewhere inside its own process (FA4: Backend.loads_in_process) loads it
-    where the case lands, beside builds that fill the one compile slot of 3 workers at --compile-share 0.34: held to
-    the slots, FA4's loads ran one at a time and fa4-paged fell from 10.1 to 3.9 rows/s on an H100
-    (campaigns/jit-untold-h100-2026-11-26.md). Builds still hold the slot, one at a time."""
+    where the case lands, beside builds that fill the one compile slot of 3 workers at --compile-share 0.34 (once FA4's
+    loads of waiting cases were held to the slots, fa4-paged fell from 10.1 to 3.9 rows/s on an H100:
+    campaigns/jit-untold-h100-2026-11-26.md). Builds still hold the slot, one at a time."""
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
     cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit-in-process-loads"], examples=None, seconds=30,
                          workers=3, progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
