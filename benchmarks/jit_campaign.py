@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from campaign.worker import SPENT  # noqa: E402
 from fuzz.verdicts import Verdict  # noqa: E402
 
 BUSY = ("materialize_s", "oracle_s", "kernel_s", "compare_s")  # a row's time; compile_s is part of kernel_s
@@ -78,6 +79,26 @@ def worker_time(rows: list[dict], record: dict, after: float) -> dict:
                 rest=100 * (1 - (compile_s + evaluate_s) / total))
 
 
+def task_time(record: dict) -> list[dict]:
+    """Per backend, shares of the campaign's worker time (workers x span) by where its tasks' seconds went (the
+    workers' `done` messages, compile_draws.json `time`): a generation task's parts (campaign.worker.SPENT: the strategy
+    and prefix, drawing the cases it evaluated, evaluating them, drawing cases that went to wait, draws that are not
+    examples, and hypothesis' own rest), the waiting cases' tasks, shrinks and replays; `outside` is what no task of
+    any backend held (a worker idle between tasks, messages, start-up)."""
+    total = record["workers"] * max(record["ended"] - record["started"], 1e-9)
+    out = []
+    for backend, t in sorted(record.get("time", {}).items()):
+        parts = {k: t.get(k, 0.0) for k in SPENT}
+        generate = t.get("generate_task_s", 0.0)
+        out.append({"backend": backend, "tasks": t.get("tasks", 0),
+                    **{k[:-2]: 100 * v / total for k, v in parts.items()},
+                    "hypothesis": 100 * max(0.0, generate - sum(parts.values())) / total,
+                    "waiting cases": 100 * t.get("deferred_task_s", 0.0) / total,
+                    "shrink + replay": 100 * (t.get("shrink_task_s", 0.0) + t.get("replay_task_s", 0.0)) / total,
+                    "in tasks": 100 * sum(v for k, v in t.items() if k.endswith("_task_s")) / total})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("results")
@@ -95,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     w = worker_time(rows, record, a.after)
     print(f"\nworker time after {a.after:.0f} s: JIT compile {w['compile']:.0f} %, evaluation {w['evaluation']:.0f} %, "
           f"drawing / deferring / idle {w['rest']:.0f} %")
+    shares = task_time(record)
+    if shares:
+        heads = [k for k in shares[0] if k not in ("backend", "tasks")]
+        print("\nwhole campaign, % of worker time by the tasks' own clocks (`outside`: no task held the worker)\n")
+        print("| backend | tasks | " + " | ".join(heads) + " |")
+        print("|---|---|" + "---|" * len(heads))
+        for t in shares:
+            print(f"| {t['backend']} | {t['tasks']} | " + " | ".join(f"{t[k]:.1f}" for k in heads) + " |")
+        print(f"\noutside any task: {max(0.0, 100 - sum(t['in tasks'] for t in shares)):.1f} %")
     return 0
 
 

@@ -26,7 +26,7 @@ from .store import RowStore, prepare, read_rows, resume_state, saved_cases
 from .tasks import Task, TaskKind, WorkerConfig
 from .tasks import cores as available_cores
 from .machine import default_workers, gpu_mem_gib, visible_gpus
-from .worker import STICKY_EXIT, case_payload
+from .worker import SPENT, STICKY_EXIT, case_payload
 
 EXIT_CLEAN, EXIT_NEW_FAILURES, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 
@@ -113,6 +113,7 @@ class Driver:
         self.timed_out: set[int] = set()
         self.origins: dict[tuple, dict] = {}  # (backend, shard, index) -> the row a shrink started from
         self.shrinking: dict[int, Task] = {}
+        self.spent: dict[str, dict[str, float]] = {}  # per backend: its tasks' seconds, by kind and by part (`done`)
         self.harness_errors: list[str] = []
         self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
         self.errored: set[int] = set()
@@ -282,6 +283,7 @@ class Driver:
             if not msg.get("returned"):
                 self.progress.deferred(msg["backend"])
         elif kind == "done":
+            self._spend(msg)
             self.beats.pop(wid, None)
             self.shrinking.pop(wid, None)
             if wid in self.stopping:
@@ -354,10 +356,21 @@ class Driver:
         self._record_compiles(started)
         return self._result(interrupted["signal"])
 
+    def _spend(self, msg: dict) -> None:
+        """Add a finished task's seconds to its backend's: per kind of task, and a generation task's parts (SPENT)."""
+        if msg.get("task_s") is None:
+            return
+        spent = self.spent.setdefault(msg.get("backend", "?"), {"tasks": 0})
+        spent["tasks"] += 1
+        for part, seconds in [(f"{msg.get('kind', '?')}_task_s", msg["task_s"]), *((k, msg.get(k, 0.0)) for k in SPENT)]:
+            spent[part] = spent.get(part, 0.0) + seconds
+
     def _record_compiles(self, started: float) -> None:
-        """OUT/compile_draws.json: the campaign's span and workers, and per JIT backend the keys drawn without a row."""
+        """OUT/compile_draws.json: the campaign's span and workers, per JIT backend the keys drawn without a row, and per
+        backend where its tasks' seconds went (`time`: benchmarks/jit_campaign.py splits the worker time by it)."""
         record = {"started": started, "ended": time.time(), "workers": self.plumbing.slots,
-                  "compile_slots": self.wcfg.compile_slots, "backends": self.scheduler.backlog.record(self.cfg.backends)}
+                  "compile_slots": self.wcfg.compile_slots, "backends": self.scheduler.backlog.record(self.cfg.backends),
+                  "time": self.spent}
         try:
             (Path(self.cfg.out) / "compile_draws.json").write_text(json.dumps(record, indent=1))
         except OSError:

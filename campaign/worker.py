@@ -36,6 +36,11 @@ from .compiles import key_text
 from .store import tensors_b64
 from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
 
+# Where a generation task's seconds go besides hypothesis' own start and end (`done` messages; compile_draws.json):
+# building its strategy and fixed prefix, drawing cases evaluated here, evaluating them (rows and messages), drawing
+# cases sent to wait for their module, and drawing cases that are not examples (repeats, the prefix, a resume's start).
+SPENT = ("setup_s", "draw_s", "evaluated_s", "deferred_draw_s", "skipped_draw_s")
+
 STICKY_EXIT = 3  # a worker's exit status after a sticky device error: its rows are sent, start a fresh one
 
 _STICKY = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
@@ -142,6 +147,7 @@ class Worker:
         self._units: set[tuple[str, str]] = set()  # (backend, module it builds: _unit) this process has run
         keys = cache_root(config.cache_dir) / KEYS_FOLDER
         self.claims = CompileClaims(keys, config.slots_dir or keys / "slots", config.compile_slots)
+        self.spent = dict.fromkeys(SPENT, 0.0)  # the running task's seconds by part (run)
 
     # --- shared pieces --------------------------------------------------------------------------
     def _loaded(self, name: str) -> tuple[Any, list[Limits]]:
@@ -257,8 +263,11 @@ class Worker:
         raise StickyDeviceError(row.get("message", ""))
 
     def run(self, task: Task, deadline: float | None = None) -> None:
-        """Run one task to its end (or the deadline / a stop request); always ends with a `done` message."""
+        """Run one task to its end (or the deadline / a stop request); always ends with a `done` message, which
+        carries the task's seconds and, for generation, where they went besides the rows (`spent`)."""
         exhausted = False
+        started = time.perf_counter()
+        self.spent = dict.fromkeys(SPENT, 0.0)
         if task.kind == TaskKind.GENERATE:
             exhausted = self._generate(task, deadline)
         elif task.kind == TaskKind.SHRINK:
@@ -267,7 +276,8 @@ class Worker:
             self._deferred(task, deadline)
         else:
             self._replay(task, deadline)
-        self.send({"type": "done", "exhausted": exhausted})
+        self.send({"type": "done", "exhausted": exhausted, "backend": task.backend, "kind": task.kind.value,
+                   "task_s": time.perf_counter() - started, **self.spent})
 
     # --- tasks ----------------------------------------------------------------------------------
     def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[str | None, Claim | None]:
@@ -322,28 +332,41 @@ class Worker:
         return row, evaluation
 
     def _generate(self, task: Task, deadline: float | None) -> bool:
+        setup = time.perf_counter()
         backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour)
         fresh = _Fresh(prefix)
         state = {"index": 0, "stopped": False}
         built = frozenset(task.built)
+        drawn = time.perf_counter()  # when the previous case's turn ended: hypothesis draws the next one from here
+        self.spent["setup_s"] += drawn - setup  # the strategy and its fixed prefix, once per process and strategy
+
+        def spend(part: str) -> None:
+            nonlocal drawn
+            now = time.perf_counter()
+            self.spent[part] += now - drawn
+            drawn = now
 
         def one(case: Case) -> None:
             if state["stopped"]:
                 raise _Stop
             if not fresh(case):
+                spend("skipped_draw_s")
                 return
             state["index"] += 1
             i = state["index"]
             if i > task.size or self._over(deadline):
                 state["stopped"] = True
                 raise _Stop
-            if i <= task.start:
-                return  # done in an earlier run: drawn again to reach the same place, not evaluated
+            if i <= task.start:  # done in an earlier run: drawn again to reach the same place, not evaluated
+                spend("skipped_draw_s")
+                return
             where = {"backend": task.backend, "shard": task.shard, "index": i, "shard_size": task.size}
             waits_for, claim = self._defers(backend, case, built) if not self.config.compile_slices else (None, None)
             if waits_for is not None:  # the driver hands it out once the key is built (campaign.compiles)
                 self.send({"type": "deferred", "key": waits_for, "case": case.to_json(), **where})
+                spend("deferred_draw_s")
                 return
+            spend("draw_s")
             row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
             if task.key:
@@ -352,6 +375,7 @@ class Worker:
                     row["tour"] = True  # of a key nothing was drawn of before (campaign.scheduler.TOUR_SIZE)
             sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
+            spend("evaluated_s")  # the row's own parts and its message
             if sticky:
                 state["stopped"] = state["sticky"] = True  # hypothesis calls once more to report: a no-op
                 self._report_sticky(task.backend, row, evaluation)

@@ -14,6 +14,8 @@ from campaign.compiles import Backlog
 from campaign.engine import CampaignConfig, run_campaign
 from campaign.scheduler import Scheduler
 from campaign.tasks import TaskKind
+from campaign.worker import SPENT
+from benchmarks.jit_campaign import task_time
 from tests.campaign.fake_jit import COMPILE_S, VARIANT_COMPILE_S
 
 
@@ -181,6 +183,14 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
     assert any(r.get("deferred") for r in rows), "no case waited: the test would prove nothing"
     assert all(r.get("compile_key") for r in rows)
     assert result.status == 0
+    # where the tasks' seconds went (compile_draws.json `time`, benchmarks/jit_campaign.py): a generation task's parts
+    # lie within it, cases were drawn for rows and for waiting, and the waiting cases had tasks of their own
+    record = json.loads((tmp_path / "out" / "compile_draws.json").read_text())
+    spent = record["time"]["test-fake-jit"]
+    assert spent["draw_s"] > 0 and spent["evaluated_s"] > 0 and spent["deferred_draw_s"] > 0, spent
+    assert sum(spent[k] for k in SPENT) <= spent["generate_task_s"] + 1e-6 and spent["deferred_task_s"] > 0, spent
+    (shares,) = task_time(record)
+    assert 0 < shares["evaluated"] < shares["in tasks"] <= 100, shares
     # every key was built once, although all three workers drew the simplest case's key first
     builds = _builds(tmp_path)
     per_key = Counter(k for k, _, _ in builds)
