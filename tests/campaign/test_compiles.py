@@ -262,16 +262,10 @@ def test_every_first_call_of_a_variant_holds_a_slot_deferred_ones_too(tmp_path, 
     3 workers at --compile-share 0.67, at most 2 at once, also when a waiting case of a built key lands on a worker
     that lacks its variant: on an H100, FA4's first calls ran 12 at once on average against 5 slots
     (campaigns/jit-untold-h100-2026-11-26.md). Compile tasks leave one slot to loads. 30 s: 12 s gave one load here."""
-    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit-variants"], examples=None, seconds=30,
-                         workers=3, progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
-                         cache_dir=str(tmp_path / "c"), compile_share=0.67,
-                         limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]})
-    run_campaign(cfg)
+    _variants_for_30_s(tmp_path, monkeypatch, "test-fake-jit-variants", compile_share=0.67)
     firsts = [(a, b) for _, a, b in _builds(tmp_path) + _builds(tmp_path, "loads.log")]
     assert len(_builds(tmp_path, "loads.log")) >= 2, "fewer than two loads: the test would prove nothing"
-    at_once = max(sum(1 for a2, b2 in firsts if a2 <= a < b2) for a, _ in firsts)  # at each first call's start
-    assert at_once <= 2, sorted(firsts)
+    assert _most_at_once(firsts) <= 2, sorted(firsts)
 
 
 def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkeypatch):
@@ -279,18 +273,28 @@ def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkey
     where the case lands, beside builds that fill the one compile slot of 3 workers at --compile-share 0.34 (once FA4's
     loads of waiting cases were held to the slots, fa4-paged fell from 10.1 to 3.9 rows/s on an H100:
     campaigns/jit-untold-h100-2026-11-26.md). Builds still hold the slot, one at a time."""
-    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit-in-process-loads"], examples=None, seconds=30,
-                         workers=3, progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
-                         cache_dir=str(tmp_path / "c"), compile_share=0.34,
-                         limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]})
-    run_campaign(cfg)
+    _variants_for_30_s(tmp_path, monkeypatch, "test-fake-jit-in-process-loads", compile_share=0.34)
     builds, loads = _builds(tmp_path), _builds(tmp_path, "loads.log")
     assert len(builds) >= 2 and len(loads) >= 2, "few builds or loads: the test would prove nothing"
     spans = [(a, b) for _, a, b in builds]
-    assert all(sum(1 for a2, b2 in spans if a2 < b and a < b2) == 1 for a, b in spans), sorted(spans)
+    assert _most_at_once(spans) == 1, sorted(spans)
     firsts = spans + [(a, b) for _, a, b in loads]
-    assert max(sum(1 for a2, b2 in firsts if a2 <= a < b2) for a, _ in firsts) >= 2, sorted(firsts)
+    assert _most_at_once(firsts) >= 2, sorted(firsts)
+
+
+def _variants_for_30_s(tmp_path, monkeypatch, backend: str, compile_share: float) -> None:
+    """A 30-s campaign of 3 workers over one dtype and head size of a stand-in with variants (tests/campaign/fake_jit.py),
+    its builds and loads logged under tmp_path."""
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    run_campaign(CampaignConfig(out=tmp_path / "out", backends=[backend], examples=None, seconds=30, workers=3,
+                                progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
+                                cache_dir=str(tmp_path / "c"), compile_share=compile_share,
+                                limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]}))
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most of the (start, end) spans running at once, counted at each one's start."""
+    return max(sum(1 for a2, b2 in spans if a2 <= a < b2) for a, _ in spans)
 
 
 def test_a_share_of_one_compiles_every_case_where_it_is_drawn(tmp_path, monkeypatch):
