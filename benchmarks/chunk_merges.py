@@ -24,10 +24,14 @@ from reference.inputs import materialize  # noqa: E402
 from reference.merge import merge_attn_states  # noqa: E402
 
 
-def merged(o1, l1, o2, l2, dtype):
-    """merge_attn_states of two partial states, its output rounded to `dtype` and its LSE to float32 (vLLM's)."""
-    out, lse = merge_attn_states(o1, l1, o2, l2)
+def held(out, lse, dtype):
+    """A partial state as vLLM keeps it: the output rounded to `dtype`, the LSE to float32 (back in float64)."""
     return out.to(dtype).double(), lse.float().double()
+
+
+def merged(o1, l1, o2, l2, dtype):
+    """merge_attn_states of two partial states, held as vLLM holds its result."""
+    return held(*merge_attn_states(o1, l1, o2, l2), dtype)
 
 
 def main() -> None:
@@ -45,9 +49,8 @@ def main() -> None:
     masks, positions = sequence_masks(case, q.device)
 
     def part(keys: slice):
-        out, lse = attend_sequence(q, k[keys], v[keys], masks[0][:, :, keys], scale=case.softmax_scale,
-                                   q_pos=positions[0], k_pos=torch.arange(k.shape[0])[keys])
-        return out.to(case.dtype.torch).double(), lse.float().double()
+        return held(*attend_sequence(q, k[keys], v[keys], masks[0][:, :, keys], scale=case.softmax_scale,
+                                     q_pos=positions[0], k_pos=torch.arange(k.shape[0])[keys]), case.dtype.torch)
 
     print(f"kernel max error {row['max_err']:.4g}, limit {row['limit']:.4g} (sequence 0: {seq.query_len} queries over "
           f"{seq.context_len} cached keys)\n\n| chunk | chunks | emulated max error | kernel / emulated |\n|---|---|---|---|")

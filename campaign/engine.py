@@ -358,11 +358,9 @@ class Driver:
 
     def _spend(self, msg: dict) -> None:
         """Add a finished task's seconds to its backend's: per kind of task, and a generation task's parts (SPENT)."""
-        if msg.get("task_s") is None:
-            return
-        spent = self.spent.setdefault(msg.get("backend", "?"), {"tasks": 0})
+        spent = self.spent.setdefault(msg["backend"], {"tasks": 0})
         spent["tasks"] += 1
-        for part, seconds in [(f"{msg.get('kind', '?')}_task_s", msg["task_s"]), *((k, msg.get(k, 0.0)) for k in SPENT)]:
+        for part, seconds in [(f"{msg['kind']}_task_s", msg["task_s"]), *((k, msg[k]) for k in SPENT)]:
             spent[part] = spent.get(part, 0.0) + seconds
 
     def _record_compiles(self, started: float) -> None:

@@ -42,9 +42,8 @@ def graphs() -> int:
 def shape(case) -> str:
     c = case.cache
     blocks = "-" if c is None else f"{c.block_size}x{c.table.value}+{c.spare_blocks}"
-    keys = max(s.context_len + s.query_len for s in case.sequences)
     return (f"{case.dtype.value} h{case.head_size} {case.num_heads}/{case.num_kv_heads} tokens {case.num_tokens} "
-            f"seqs {len(case.sequences)} blocks {blocks} max_kv {keys} "
+            f"seqs {len(case.sequences)} blocks {blocks} max_kv {case.max_kv_len} "
             f"features {','.join(sorted(case.features()))}")
 
 
