@@ -110,7 +110,7 @@ class CompileClaims:
         if not marker.exists():
             marker.parent.mkdir(parents=True, exist_ok=True)
             tmp = marker.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(covers or key)
+            tmp.write_text(f"{covers or key}\n{key}")  # the compile key, then the module (built_modules)
             os.replace(tmp, marker)
         self._built.add((backend, key))
 
@@ -158,17 +158,23 @@ class CompileClaims:
             time.sleep(poll)
 
 
-def built_keys(keys_root: str | os.PathLike, backend: str) -> set[str]:
-    """Every compile key of `backend` some process over this cache built, or built a variant of (a warm campaign
-    starts from them)."""
+def built_modules(keys_root: str | os.PathLike, backend: str) -> set[tuple[str, str]]:
+    """(compile key, module) of every module of `backend` some process over this cache built, the module being the key
+    or a finer variant of it (a warm campaign starts from them). A marker of one line names a key built as itself."""
     folder = Path(keys_root) / _safe(backend)
     out = set()
     for marker in folder.glob("*.built") if folder.is_dir() else ():
         try:
-            out.add(marker.read_text())
+            key, _, unit = marker.read_text().partition("\n")
         except OSError:
-            pass
+            continue
+        out.add((key, unit or key))
     return out
+
+
+def built_keys(keys_root: str | os.PathLike, backend: str) -> set[str]:
+    """Every compile key of `backend` some process over this cache built, or built a variant of."""
+    return {key for key, _ in built_modules(keys_root, backend)}
 
 
 def compile_slots(share: float, workers: int) -> int:

@@ -1,4 +1,4 @@
-"""JIT compiles off the critical path: a backlog of deferred cases per compile key.
+"""JIT compiles off the critical path: a backlog of deferred cases per module.
 
 A JIT backend (FA4, FlashInfer, vLLM's Triton kernels, compiled flex) builds one module per compile key
 (`fuzz.strategies.compile_key`: dtype, head size, kv dtype, keyed features). Built once, a key's module is cheap for
@@ -10,11 +10,15 @@ deferring and 33 with every case compiled where drawn, the same keys built in bo
 - Worker side (campaign.worker with campaign.claims): a drawn case whose module is not in the worker's process is
   built (under the key's lock) or loaded there when the worker gets a compile slot; otherwise the case is *deferred*:
   sent to the driver with its example number, and the worker draws on, evaluating the cases whose modules it has.
-- Driver side (`Backlog`, kept by campaign.scheduler): deferred cases wait per key. Once a row shows a key built (or
-  an earlier campaign's marker says so), its cases become a cheap task for a worker that has the module loaded. An
-  unbuilt key becomes a *compile task* (evaluate its cases, the first one building), largest backlog first: beside
-  generation while a compile slot is free (a task that finds none gives its cases back), and for every remaining key
-  once generation has nothing left (an example budget reached), so every drawn case gets its row.
+- Driver side (`Backlog`, kept by campaign.scheduler): deferred cases wait per *module*: the backend's finer variant
+  where it declares one (Backend.jit_variant), else the key. Once a row shows a module built (or an earlier campaign's
+  marker says so), its cases become a cheap task for a worker that has the module loaded. An unbuilt module becomes a
+  *compile task* (evaluate its cases, the first one building), largest backlog first: beside generation while a
+  compile slot is free (a task that finds none gives its cases back, and they stay held until some first call ends),
+  and for every remaining module once generation has nothing left (an example budget reached), so every drawn case
+  gets its row. Waiting per compile key instead sent a built key's cases to workers that lacked their variant, which
+  gave them back for want of a slot and got them again at once: up to 142,000 tasks without a row per backend in ten
+  minutes on an H100, 27-35 % of the workers' time between tasks (campaigns/jit-untold-h100-2026-11-26.md).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-# Deferred cases kept per key: beyond it a drawn case of that key is dropped (its example number gets no row).
+# Deferred cases kept per module: beyond it a drawn case of that module is dropped (its example number gets no row).
 BACKLOG_PER_KEY = 64
 CASES_PER_TASK = 32
 LOAD_BATCH = 8  # waiting cases for which a worker without the key's module loads it (see Backlog.take)
@@ -34,75 +38,93 @@ def key_text(key: tuple) -> str:
 
 
 @dataclass
-class _Key:
+class _Module:
+    key: str  # the compile key the module is of (the coverage unit; a claim covers it)
     cases: list[tuple[str, dict]] = field(default_factory=list)  # (case JSON, where: shard / index / shard_size)
     building: bool = False  # a compile task holds it
+    held: bool = False  # a task gave its cases back (no free slot): not handed out beside generation before a first call ends
     dropped: int = 0
 
 
 class Backlog:
-    """Deferred cases per (backend, compile key), and which keys are built."""
+    """Deferred cases per (backend, module), and which modules and keys are built."""
 
     def __init__(self, per_key: int = BACKLOG_PER_KEY) -> None:
         self.per_key = per_key
-        self.built: dict[str, set[str]] = defaultdict(set)
-        self.deferred: Counter[tuple[str, str]] = Counter()  # every deferral, kept or dropped: keys drawn without a row
-        self.keys: dict[tuple[str, str], _Key] = {}
+        self.built: dict[str, set[str]] = defaultdict(set)  # modules
+        self.built_keys: dict[str, set[str]] = defaultdict(set)  # compile keys some module of which is built
+        self.deferred: Counter[tuple[str, str]] = Counter()  # every deferral per compile key, kept or dropped
+        self.modules: dict[tuple[str, str], _Module] = {}
 
-    def defer(self, backend: str, key: str, case: str, where: dict, returned: bool = False) -> None:
-        """A case waits for its key; `returned`: a compile task gave it back (no slot was free), not a new draw."""
-        entry = self.keys.setdefault((backend, key), _Key())
-        if not returned:
+    def defer(self, backend: str, key: str, case: str, where: dict, returned: bool = False, unit: str = "") -> None:
+        """A case waits for module `unit` (default: its compile key `key`); `returned`: a compile task gave it back (no
+        slot was free), not a new draw."""
+        entry = self.modules.setdefault((backend, unit or key), _Module(key))
+        if returned:
+            entry.held = True
+        else:
             self.deferred[backend, key] += 1
         if len(entry.cases) >= self.per_key:
             entry.dropped += 1
         else:
             entry.cases.append((case, where))
 
-    def mark_built(self, backend: str, key: str) -> None:
-        self.built[backend].add(key)
+    def mark_built(self, backend: str, key: str, unit: str = "") -> None:
+        self.built[backend].add(unit or key)
+        self.built_keys[backend].add(key)
+        entry = self.modules.get((backend, unit or key))
+        if entry is not None:  # its cases now go to workers that have it loaded
+            entry.held = False
 
-    def release(self, backend: str, key: str) -> None:
-        """A compile task of the key ended (built or not): its remaining cases may be handed out again."""
-        entry = self.keys.get((backend, key))
+    def unhold(self) -> None:
+        """A first call ended somewhere: a compile slot may be free, so given-back cases may go out again."""
+        for entry in self.modules.values():
+            entry.held = False
+
+    def release(self, backend: str, unit: str) -> None:
+        """A compile task of the module ended (built or not): its remaining cases may be handed out again."""
+        entry = self.modules.get((backend, unit))
         if entry is not None:
             entry.building = False
 
     def take(self, *, built: bool, skip: set[str] = frozenset(), here: set[tuple[str, str]] | None = None,
-             elsewhere: set[tuple[str, str]] = frozenset(),
-             loads: bool = True) -> tuple[str, str, list[tuple[str, dict]]] | None:
-        """(backend, key, cases) of a built key's waiting cases (built=True), or of the unbuilt key with the most
-        cases, marked building (built=False); None when there is none. Backends in `skip` are left out.
+             elsewhere: set[tuple[str, str]] = frozenset(), loads: bool = True,
+             fresh: bool = False) -> tuple[str, str, str, list[tuple[str, dict]]] | None:
+        """(backend, compile key, module, cases) of a built module's waiting cases (built=True), or of the unbuilt module
+        with the most cases, marked building (built=False); None when there is none. Backends in `skip` are left out;
+        `fresh`: not modules whose cases were given back since the last first call ended (held).
 
-        With `here` (the keys the asking worker has loaded) a built key goes to it when it has the key loaded, when
+        With `here` (the modules the asking worker has loaded) a built module goes to it when it has it loaded, when
         no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a first call costs seconds in each
         process (FA4: 2-5 s on an H100), so cases follow the workers that hold their module. `loads=False` (every
-        compile slot was busy lately): only to a worker that has the key loaded."""
-        ready = [(b, k) for (b, k), e in self.keys.items()
-                 if e.cases and not e.building and b not in skip and (k in self.built[b]) == built]
+        compile slot was busy lately): only to a worker that has the module loaded."""
+        ready = [(b, u) for (b, u), e in self.modules.items()
+                 if e.cases and not e.building and b not in skip and (u in self.built[b]) == built
+                 and not (fresh and e.held)]
         if built and here is not None:
-            ready = [bk for bk in ready if bk in here or loads and (
-                bk not in elsewhere or len(self.keys[bk].cases) >= LOAD_BATCH)]
+            ready = [bu for bu in ready if bu in here or loads and (
+                bu not in elsewhere or len(self.modules[bu].cases) >= LOAD_BATCH)]
         if not ready:
             return None
-        backend, key = max(ready, key=lambda bk: (here is not None and bk in here, len(self.keys[bk].cases)))
-        entry = self.keys[backend, key]
+        backend, unit = max(ready, key=lambda bu: (here is not None and bu in here, len(self.modules[bu].cases)))
+        entry = self.modules[backend, unit]
         cases, entry.cases = entry.cases[:CASES_PER_TASK], entry.cases[CASES_PER_TASK:]
         entry.building = not built
-        return backend, key, cases
+        return backend, entry.key, unit, cases
 
     def waiting(self, backend: str | None = None) -> int:
-        return sum(len(e.cases) for (b, _), e in self.keys.items() if backend in (None, b))
+        return sum(len(e.cases) for (b, _), e in self.modules.items() if backend in (None, b))
 
-    def unbuilt_keys(self, backend: str) -> int:
-        return sum(1 for (b, k), e in self.keys.items() if b == backend and e.cases and k not in self.built[b])
+    def unbuilt_modules(self, backend: str) -> int:
+        return sum(1 for (b, u), e in self.modules.items() if b == backend and e.cases and u not in self.built[b])
 
     def dropped(self, backend: str) -> int:
-        return sum(e.dropped for (b, _), e in self.keys.items() if b == backend)
+        return sum(e.dropped for (b, _), e in self.modules.items() if b == backend)
 
     def record(self, backends: list[str]) -> dict:
         """Per backend: how often each key's cases were deferred, how many wait and were dropped at the end; the
         rows do not show deferred cases that never got one (benchmarks/jit_campaign.py reads it)."""
         return {b: {"deferred": {k: n for (b2, k), n in sorted(self.deferred.items()) if b2 == b},
-                    "waiting": self.waiting(b), "dropped": self.dropped(b), "built": sorted(self.built[b])}
+                    "waiting": self.waiting(b), "dropped": self.dropped(b), "built": sorted(self.built_keys[b]),
+                    "modules_built": len(self.built[b])}
                 for b in backends}

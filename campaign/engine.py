@@ -19,7 +19,7 @@ from typing import Protocol
 
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
-from .claims import built_by, built_keys, compile_slots
+from .claims import built_by, built_modules, compile_slots
 from .progress import Progress
 from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
@@ -121,10 +121,10 @@ class Driver:
         self.next_wid = 0
 
     def _known_builds(self) -> None:
-        """Keys an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at once."""
+        """Modules an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at once."""
         for backend in self.cfg.backends:
-            for key in built_keys(cache_root(self.wcfg.cache_dir) / KEYS_FOLDER, backend):
-                self.scheduler.key_built(backend, key)
+            for key, unit in built_modules(cache_root(self.wcfg.cache_dir) / KEYS_FOLDER, backend):
+                self.scheduler.key_built(backend, key, unit=unit)
 
     # --- rows -----------------------------------------------------------------------------------
     def _write(self, row: dict, wid: int | None = None) -> None:
@@ -155,7 +155,7 @@ class Driver:
         if row.get("compile_key"):
             self.scheduler.key_drawn(row["backend"], row["compile_key"])
             if built_by(row.get("verdict")):
-                self.scheduler.key_built(row["backend"], row["compile_key"], wid)
+                self.scheduler.key_built(row["backend"], row["compile_key"], wid, unit=row.get("jit_unit", ""))
         if phase == "generate":
             self.scheduler.example_done(row["backend"], row["shard"], row["index"])
             decision = self.buckets.observe(row)
@@ -279,7 +279,7 @@ class Driver:
         elif kind == "deferred":  # a generated case waits for its JIT module (campaign.compiles)
             self.scheduler.defer(msg["backend"], msg["key"], msg["case"],
                                  {"shard": msg["shard"], "index": msg["index"], "shard_size": msg["shard_size"]},
-                                 returned=bool(msg.get("returned")))
+                                 returned=bool(msg.get("returned")), unit=msg.get("unit", ""))
             if not msg.get("returned"):
                 self.progress.deferred(msg["backend"])
         elif kind == "done":
@@ -360,6 +360,7 @@ class Driver:
         """Add a finished task's seconds to its backend's: per kind of task, and a generation task's parts (SPENT)."""
         spent = self.spent.setdefault(msg["backend"], {"tasks": 0})
         spent["tasks"] += 1
+        spent[f"{msg['kind']}_tasks"] = spent.get(f"{msg['kind']}_tasks", 0) + 1
         for part, seconds in [(f"{msg['kind']}_task_s", msg["task_s"]), *((k, msg[k]) for k in SPENT)]:
             spent[part] = spent.get(part, 0.0) + seconds
 

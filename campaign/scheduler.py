@@ -13,8 +13,8 @@ compiled kernels live in that process). A shard cut short (deadline, dead worker
 it stopped; with an example budget, shards are added until every backend has exactly that many.
 
 A JIT backend's cases that waited for their module (campaign.compiles) go out before generation, to a worker that
-has the module loaded; while a compile slot is free (campaign.claims), the unbuilt key with the most waiting cases goes
-out as a compile task beside generation. While declared keys are undrawn, tours (TOUR_SIZE cases of one such key) take
+has the module loaded; while a compile slot is free (campaign.claims), the unbuilt module with the most waiting cases
+goes out as a compile task beside generation. While declared keys are undrawn, tours (TOUR_SIZE cases of one such key) take
 up to TOUR_SHARE of a JIT backend's planned cases; two of every three other new shards (FOCUSED_PER_WHOLE) draw only
 cases of one compile key the worker has loaded, so workers evaluate while few of the backend's keys are built; the
 third is a tour while keys are undrawn, then, once every key has been drawn, the whole space while the build queue
@@ -108,6 +108,7 @@ class Scheduler:
         self.broken: dict[str, str] = {}  # backend -> why no more tasks are given to it
         self.backlog = Backlog()
         self.loaded: dict[int, set[tuple[str, str]]] = defaultdict(set)  # worker -> (backend, compile key) it ran
+        self.modules: dict[int, set[tuple[str, str]]] = defaultdict(set)  # worker -> (backend, module) it ran
         self.declared = {b: list((declared or {}).get(b, ())) for b in self.backends}
         self.drawn: dict[str, set[str]] = defaultdict(set)  # compile keys a case was drawn of (a row or a deferral)
         self.compile_slots = compile_slots
@@ -129,11 +130,11 @@ class Scheduler:
     def shrink_example_done(self) -> None:
         self.shrink_rows += 1
 
-    def defer(self, backend: str, key: str, case: str, where: dict, returned: bool = False) -> None:
-        """A generated case waits for its compile key (campaign.compiles): its example number is used, so the shard
-        goes on past it (its row comes from the deferred task). `returned`: a compile task without a slot gave it
-        back."""
-        self.backlog.defer(backend, key, case, where, returned=returned)
+    def defer(self, backend: str, key: str, case: str, where: dict, returned: bool = False, unit: str = "") -> None:
+        """A generated case of compile key `key` waits for its module `unit` (default: the key; campaign.compiles): its
+        example number is used, so the shard goes on past it (its row comes from the deferred task). `returned`: a
+        compile task without a slot gave it back."""
+        self.backlog.defer(backend, key, case, where, returned=returned, unit=unit)
         self.drawn[backend].add(key)
         self.slots_busy = self.slots_busy or returned
         s = self.shards.get(backend, {}).get(where.get("shard"))
@@ -143,24 +144,26 @@ class Scheduler:
     def first_call_done(self) -> None:
         """A first call of a module in some worker returned: its compile slot is free again."""
         self.slots_busy = False
+        self.backlog.unhold()
 
     def key_drawn(self, backend: str, key: str) -> None:
         """A row of compile key `key` came back: a case of it was drawn."""
         self.drawn[backend].add(key)
 
-    def key_built(self, backend: str, key: str, wid: int | None = None) -> None:
-        """A row of `backend` ran a case of compile key `key` (in worker `wid`): its module exists now, and is
-        loaded in that worker."""
-        self.backlog.mark_built(backend, key)
+    def key_built(self, backend: str, key: str, wid: int | None = None, unit: str = "") -> None:
+        """A row of `backend` ran a case of compile key `key` through module `unit` (default: the key) in worker `wid`:
+        the module exists now, and is loaded in that worker."""
+        self.backlog.mark_built(backend, key, unit)
         if wid is not None:
             self.loaded[wid].add((backend, key))
+            self.modules[wid].add((backend, unit or key))
 
     def task_done(self, wid: int, exhausted: bool = False) -> None:
         """`wid` finished its task; `exhausted`: hypothesis had no more cases to draw for the shard."""
         task = self.running.pop(wid, None)
         self.compiling.discard(wid)
         if task is not None and task.kind == TaskKind.DEFERRED:
-            self.backlog.release(task.backend, task.key)
+            self.backlog.release(task.backend, task.unit or task.key)
         if task is not None and task.kind == TaskKind.GENERATE:
             s = self.shards[task.backend][task.shard]
             s.running = False
@@ -177,6 +180,7 @@ class Scheduler:
         if wid in self.idle:
             self.idle.remove(wid)
         self.loaded.pop(wid, None)
+        self.modules.pop(wid, None)
         self.compiling.discard(wid)
         task = self.running.pop(wid, None)
         if task is not None and task.kind == TaskKind.GENERATE:
@@ -184,7 +188,7 @@ class Scheduler:
             s.running = False
             s.closed = s.done >= s.size
         if task is not None and task.kind == TaskKind.DEFERRED:
-            self.backlog.release(task.backend, task.key)
+            self.backlog.release(task.backend, task.unit or task.key)
         return task
 
     def add(self, task: Task) -> None:
@@ -243,17 +247,17 @@ class Scheduler:
                     self.shrunk_backends.add(task.backend)
                 return task
         choices = [b for b in self.backends if b not in self.broken and self._generate_for(b) is not None]
-        elsewhere = set().union(*(v for w, v in self.loaded.items() if w != wid))
+        elsewhere = set().union(*(v for w, v in self.modules.items() if w != wid))
         # cases whose module exists now: cheap where it is loaded, and owed a row
         # beside generation a first call of their module in this worker takes a compile slot (campaign.worker)
         beside = self.compile_slots > 0 and bool(choices)
-        deferred = self._deferred_task(built=True, needs_slot=beside, here=self.loaded[wid], elsewhere=elsewhere,
-                                       loads=not (beside and self.slots_busy))
+        deferred = self._deferred_task(built=True, needs_slot=beside, here=self.modules[wid], elsewhere=elsewhere,
+                                       loads=not (beside and self.slots_busy), fresh=beside)
         if deferred is not None:
             return deferred
         # a build beside generation, one slot kept for first calls of built modules where there are several
         if len(self.compiling) < max(1, self.compile_slots - 1) and self.compile_slots and not self.slots_busy:
-            deferred = self._deferred_task(built=False, needs_slot=True)
+            deferred = self._deferred_task(built=False, needs_slot=True, fresh=True)
             if deferred is not None:
                 self.compiling.add(wid)
                 return deferred
@@ -274,8 +278,8 @@ class Scheduler:
         taken = self.backlog.take(built=built, skip=set(self.broken), **where)
         if taken is None:
             return None
-        backend, key, cases = taken
-        return Task(TaskKind.DEFERRED, backend, key=key, cases=tuple(c for c, _ in cases),
+        backend, key, unit, cases = taken
+        return Task(TaskKind.DEFERRED, backend, key=key, unit=unit, cases=tuple(c for c, _ in cases),
                     wheres=tuple(w for _, w in cases), needs_slot=needs_slot)
 
     def _may_shrink(self, backend: str) -> bool:
@@ -345,7 +349,7 @@ class Scheduler:
         """(the compile key a new shard of `backend` draws, whether it is a tour shard). A tour of a declared key
         nothing was drawn of while tours are under TOUR_SHARE of the planned cases or `wid` has no key loaded; else a
         key `wid` has loaded, the least focused one, while focused shards are fewer than FOCUSED_PER_WHOLE per other
-        shard; else a tour; else the whole space ("") while fewer unbuilt keys wait than there are compile slots, a
+        shard; else a tour; else the whole space ("") while fewer unbuilt modules wait than there are compile slots, a
         loaded key otherwise."""
         mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
         shards = [s for j, s in self.shards[backend].items() if j > 0]
@@ -360,7 +364,7 @@ class Scheduler:
             return least_focused, False
         if undrawn:
             return undrawn[0], True
-        if mine and self.backlog.unbuilt_keys(backend) >= max(1, self.compile_slots):
+        if mine and self.backlog.unbuilt_modules(backend) >= max(1, self.compile_slots):
             return least_focused, False
         return "", False
 

@@ -36,7 +36,8 @@ class Task:
     cases: tuple[str, ...] = field(default_factory=tuple)  # REPLAY, DEFERRED: case JSON texts
     wheres: tuple[dict, ...] = field(default_factory=tuple)  # DEFERRED: each case's shard, index and shard_size
     key: str = ""  # DEFERRED: its cases' compile key; GENERATE, SHRINK: the key a focused shard draws (campaign.compiles)
-    built: tuple[str, ...] = field(default_factory=tuple)  # GENERATE: compile keys some worker has built
+    unit: str = ""  # DEFERRED: the module its cases wait for (Backend.jit_variant; "": the key)
+    built: tuple[str, ...] = field(default_factory=tuple)  # GENERATE: modules some worker has built
     # DEFERRED of an unbuilt key while generation goes on (a compile task beside evaluation): it builds only with a
     # free compile slot, else its cases go back to wait (campaign.claims)
     needs_slot: bool = False
@@ -46,7 +47,7 @@ class Task:
         return {"kind": self.kind.value, "backend": self.backend, "shard": self.shard, "size": self.size,
                 "start": self.start, "target": self.target,
                 "signature": list(self.signature) if self.signature else None, "cases": list(self.cases),
-                "wheres": list(self.wheres), "key": self.key, "built": list(self.built),
+                "wheres": list(self.wheres), "key": self.key, "unit": self.unit, "built": list(self.built),
                 "needs_slot": self.needs_slot, "tour": self.tour}
 
     @classmethod
@@ -54,7 +55,8 @@ class Task:
         return cls(kind=TaskKind(d["kind"]), backend=d["backend"], shard=d["shard"], size=d["size"],
                    start=d["start"], target=d["target"],
                    signature=tuple(d["signature"]) if d.get("signature") else None, cases=tuple(d.get("cases") or ()),
-                   wheres=tuple(d.get("wheres") or ()), key=d.get("key", ""), built=tuple(d.get("built") or ()),
+                   wheres=tuple(d.get("wheres") or ()), key=d.get("key", ""), unit=d.get("unit", ""),
+                   built=tuple(d.get("built") or ()),
                    needs_slot=bool(d.get("needs_slot")), tour=bool(d.get("tour")))
 
     @property

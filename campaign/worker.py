@@ -230,6 +230,8 @@ class Worker:
         row = evaluation.row
         if key[1]:
             row["compile_key"] = key_text(key[1])
+            if gated is not None:
+                row["jit_unit"] = gated[1]  # the module the case ran through (the driver routes waiting cases by it)
             if first:  # this process built (or loaded) the key's module in this call
                 row["first_of_key"] = True
                 # a backend that does not time its first call apart (vLLM's Triton kernels): the whole call was the build
@@ -280,9 +282,9 @@ class Worker:
                    "task_s": time.perf_counter() - started, **self.spent})
 
     # --- tasks ----------------------------------------------------------------------------------
-    def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[str | None, Claim | None]:
-        """(the case's compile key when the case waits for it, None) or (None, the claim to build or load its module
-        here now; None when this process has run it, or loads it without a slot): campaign.claims. Building a module
+    def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[tuple[str, str] | None, Claim | None]:
+        """((the case's compile key, its module) when the case waits for the module, None) or (None, the claim to build
+        or load its module here now; None when this process has run it, or loads it without a slot): campaign.claims. Building a module
         and loading a built one into this process both take a compile slot (measured on an H100: FA4's first calls take
         2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads in process
         (Backend.loads_in_process); a case waits while another process builds its module or every slot is busy, and
@@ -291,12 +293,12 @@ class Worker:
         if gated is None or (backend.name, gated[1]) in self._units:
             return None, None
         text, unit = gated
-        built_here = (unit == text and text in built) or self.claims.is_built(backend.name, unit)
+        built_here = unit in built or self.claims.is_built(backend.name, unit)
         if built_here and backend.loads_in_process:  # a load on this worker's own core: no slot (Backend)
             return None, None
         claim = self.claims.slot_only() if built_here else self.claims.claim(
             backend.name, unit, covers=text, space=backend.jit_module_space or "")
-        return (text, None) if claim is None else (None, claim)
+        return (gated, None) if claim is None else (None, claim)
 
     def _module(self, backend, case: Case) -> tuple[str, str] | None:
         """(compile key, what the library builds one module for: the backend's finer variant where it declares one,
@@ -362,8 +364,9 @@ class Worker:
                 return
             where = {"backend": task.backend, "shard": task.shard, "index": i, "shard_size": task.size}
             waits_for, claim = self._defers(backend, case, built) if not self.config.compile_slices else (None, None)
-            if waits_for is not None:  # the driver hands it out once the key is built (campaign.compiles)
-                self.send({"type": "deferred", "key": waits_for, "case": case.to_json(), **where})
+            if waits_for is not None:  # the driver hands it out once the module is built (campaign.compiles)
+                self.send({"type": "deferred", "key": waits_for[0], "unit": waits_for[1], "case": case.to_json(),
+                           **where})
                 spend("deferred_draw_s")
                 return
             spend("draw_s")
@@ -492,8 +495,8 @@ class Worker:
                 waits_for, claim = self._defers(backend, case, frozenset())
                 if waits_for is not None:  # another process builds it, or every slot is busy: the cases wait again
                     for text2, where2 in zip(task.cases[n:], task.wheres[n:]):
-                        self.send({"type": "deferred", "key": task.key, "case": text2, "returned": True,
-                                   "backend": task.backend, **where2})
+                        self.send({"type": "deferred", "key": task.key, "unit": task.unit or task.key, "case": text2,
+                                   "returned": True, "backend": task.backend, **where2})
                     return
             else:  # once generation is over: another's build of the module is waited out
                 unit = self._unbuilt(backend, case)

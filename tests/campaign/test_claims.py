@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from campaign.claims import CompileClaims, built_keys, compile_slots
+from campaign.claims import CompileClaims, built_keys, built_modules, compile_slots
 
 KEY = '["bfloat16", 128]'
 
@@ -110,9 +110,12 @@ def test_a_finer_variant_of_a_built_key_is_a_module_of_its_own(tmp_path):
     worker._units.add((backend.name, worker._module(backend, a)[1]))  # as a first call does
     busy = worker.claims.slot_only()
     assert worker._defers(backend, a, frozenset()) == (None, None)  # its module is in this process
-    assert worker._defers(backend, b, frozenset({key_text(key(a))})) == (key_text(key(b)), None)  # waits for a slot
+    module_a, module_b = worker._module(backend, a)[1], worker._module(backend, b)[1]
+    # built per compile key, not per module: b still waits for a slot, and names its own module to the driver
+    assert worker._defers(backend, b, frozenset({key_text(key(a)), module_a})) == ((key_text(key(b)), module_b), None)
     busy.done(built=False)
     assert built_keys(worker.claims.keys_root, backend.name) == {key_text(key(a))}  # markers name the compile key
+    assert built_modules(worker.claims.keys_root, backend.name) == {(key_text(key(a)), module_a)}  # and the module
 
 
 def test_only_a_first_call_that_returned_marks_its_module_built():

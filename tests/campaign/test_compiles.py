@@ -107,6 +107,33 @@ def test_a_compile_task_runs_beside_generation_in_each_free_slot():
     assert [(t.kind, t.needs_slot) for _, t in s.schedule()] == [(TaskKind.DEFERRED, True)]
 
 
+def test_waiting_cases_follow_their_module_and_given_back_ones_wait_for_a_first_call():
+    """A backend with variants finer than its compile key (Backend.jit_variant): a waiting case goes to a worker that
+    has its module loaded, not one that ran another module of the key, and cases given back for want of a slot stay
+    put until some first call ends. Routed per key, the cases went back and forth between the workers up to 142,000
+    times per backend in ten minutes on an H100 (campaigns/jit-untold-h100-2026-11-26.md)."""
+    s = Scheduler(["jit"], examples=None, shard_size=10, compile_slots=2)
+    s.add_worker(0)
+    s.key_built("jit", "k", wid=0, unit="k/v1")
+    s.defer("jit", "k", "case-v2", {"shard": 1, "index": 1, "shard_size": 10}, unit="k/v2")
+    s.defer("jit", "k", "case-v1", {"shard": 1, "index": 2, "shard_size": 10}, unit="k/v1")
+    (_, task), = s.schedule()
+    assert (task.kind, task.unit, task.cases, task.needs_slot) == (TaskKind.DEFERRED, "k/v1", ("case-v1",), True)
+    s.task_done(0)
+    (_, task), = s.schedule()  # v2 is built nowhere: a compile task in a slot
+    assert (task.kind, task.unit, task.key) == (TaskKind.DEFERRED, "k/v2", "k") and 0 in s.compiling
+    s.defer("jit", task.key, task.cases[0], task.wheres[0], returned=True, unit=task.unit)  # no free slot
+    s.task_done(0)
+    s.slots_busy = False  # as if a slot freed without a first call: the given-back module still waits
+    (_, task), = s.schedule()
+    assert task.kind == TaskKind.GENERATE
+    s.task_done(0)
+    s.first_call_done()
+    (_, task), = s.schedule()
+    assert (task.kind, task.unit) == (TaskKind.DEFERRED, "k/v2")
+    assert s.backlog.record(["jit"])["jit"]["built"] == ["k"] and s.backlog.deferred["jit", "k"] == 2
+
+
 def test_tours_draw_each_declared_key_once_then_the_whole_space_while_few_keys_wait():
     from campaign.scheduler import TOUR_SIZE
 
@@ -262,10 +289,11 @@ def test_every_first_call_of_a_variant_holds_a_slot_deferred_ones_too(tmp_path, 
     3 workers at --compile-share 0.67, at most 2 at once, also when a waiting case of a built key lands on a worker
     that lacks its variant: on an H100, FA4's first calls ran 12 at once on average against 5 slots
     (campaigns/jit-untold-h100-2026-11-26.md). Compile tasks leave one slot to loads. 30 s: 12 s gave one load here."""
-    _variants_for_30_s(tmp_path, monkeypatch, "test-fake-jit-variants", compile_share=0.67)
+    rows, spent = _variants_for_30_s(tmp_path, monkeypatch, "test-fake-jit-variants", compile_share=0.67)
     firsts = [(a, b) for _, a, b in _builds(tmp_path) + _builds(tmp_path, "loads.log")]
     assert len(_builds(tmp_path, "loads.log")) >= 2, "fewer than two loads: the test would prove nothing"
     assert _most_at_once(firsts) <= 2, sorted(firsts)
+    _waiting_cases_give_rows(rows, spent)
 
 
 def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkeypatch):
@@ -273,7 +301,8 @@ def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkey
     where the case lands, beside builds that fill the one compile slot of 3 workers at --compile-share 0.34 (once FA4's
     loads of waiting cases were held to the slots, fa4-paged fell from 10.1 to 3.9 rows/s on an H100:
     campaigns/jit-untold-h100-2026-11-26.md). Builds still hold the slot, one at a time."""
-    _variants_for_30_s(tmp_path, monkeypatch, "test-fake-jit-in-process-loads", compile_share=0.34)
+    rows, spent = _variants_for_30_s(tmp_path, monkeypatch, "test-fake-jit-in-process-loads", compile_share=0.34)
+    _waiting_cases_give_rows(rows, spent)
     builds, loads = _builds(tmp_path), _builds(tmp_path, "loads.log")
     assert len(builds) >= 2 and len(loads) >= 2, "few builds or loads: the test would prove nothing"
     spans = [(a, b) for _, a, b in builds]
@@ -282,14 +311,24 @@ def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkey
     assert _most_at_once(firsts) >= 2, sorted(firsts)
 
 
-def _variants_for_30_s(tmp_path, monkeypatch, backend: str, compile_share: float) -> None:
+def _variants_for_30_s(tmp_path, monkeypatch, backend: str, compile_share: float) -> tuple[list[dict], dict]:
     """A 30-s campaign of 3 workers over one dtype and head size of a stand-in with variants (tests/campaign/fake_jit.py),
-    its builds and loads logged under tmp_path."""
+    its builds and loads logged under tmp_path: (its generated rows, its tasks' counts and seconds: compile_draws.json)."""
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    run_campaign(CampaignConfig(out=tmp_path / "out", backends=[backend], examples=None, seconds=30, workers=3,
-                                progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
-                                cache_dir=str(tmp_path / "c"), compile_share=compile_share,
-                                limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]}))
+    result = run_campaign(CampaignConfig(out=tmp_path / "out", backends=[backend], examples=None, seconds=30, workers=3,
+                                         progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
+                                         cache_dir=str(tmp_path / "c"), compile_share=compile_share,
+                                         limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]}))
+    record = json.loads((tmp_path / "out" / "compile_draws.json").read_text())
+    return [r for r in result.rows if r.get("phase") == "generate"], record["time"][backend]
+
+
+def _waiting_cases_give_rows(rows: list[dict], spent: dict) -> None:
+    """Waiting cases follow their variant: their tasks give rows, the cases do not go back and forth between workers.
+    Routed per compile key, 20 s of test-fake-jit-variants ran 6,716 tasks for 438 rows; per variant 74 for 1,032."""
+    waited = sum(1 for r in rows if r.get("deferred"))
+    assert waited, "no case waited: the test would prove nothing"
+    assert spent.get("deferred_tasks", 0) <= waited, (spent, waited)
 
 
 def _most_at_once(spans: list[tuple[float, float]]) -> int:
