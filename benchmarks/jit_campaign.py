@@ -83,8 +83,9 @@ def task_time(record: dict) -> list[dict]:
     """Per backend, shares of the campaign's worker time (workers x span) by where its tasks' seconds went (the
     workers' `done` messages, compile_draws.json `time`): a generation task's parts (campaign.worker.SPENT: the strategy
     and prefix, drawing the cases it evaluated, evaluating them, drawing cases that went to wait, draws that are not
-    examples, and hypothesis' own rest), the waiting cases' tasks, shrinks and replays; `outside` is what no task of
-    any backend held (a worker idle between tasks, messages, start-up)."""
+    examples, and hypothesis' own rest), the waiting cases' tasks, shrinks and replays, and tasks that never ended (a
+    worker died or was killed in it, or the campaign ended during it: a long JIT build); `outside` is what no task of
+    any backend held (the workers' start-up, and a worker idle between tasks)."""
     total = record["workers"] * max(record["ended"] - record["started"], 1e-9)
     out = []
     for backend, t in sorted(record.get("time", {}).items()):
@@ -95,6 +96,7 @@ def task_time(record: dict) -> list[dict]:
                     "hypothesis": 100 * max(0.0, generate - sum(parts.values())) / total,
                     "waiting cases": 100 * t.get("deferred_task_s", 0.0) / total,
                     "shrink + replay": 100 * (t.get("shrink_task_s", 0.0) + t.get("replay_task_s", 0.0)) / total,
+                    "unfinished": 100 * t.get("unfinished_task_s", 0.0) / total,
                     "in tasks": 100 * sum(v for k, v in t.items() if k.endswith("_task_s")) / total})
     return out
 
@@ -124,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|" + "---|" * len(heads))
         for t in shares:
             print(f"| {t['backend']} | {t['tasks']} | " + " | ".join(f"{t[k]:.1f}" for k in heads) + " |")
-        print(f"\noutside any task: {max(0.0, 100 - sum(t['in tasks'] for t in shares)):.1f} %")
+        outside = max(0.0, 100 - sum(t['in tasks'] for t in shares))
+        split = ""
+        if "startup_s" in record:  # campaign.clock
+            startup = 100 * record["startup_s"] / (record["workers"] * max(record["ended"] - record["started"], 1e-9))
+            split = f" (workers starting {startup:.1f} %, between tasks {max(0.0, outside - startup):.1f} %)"
+        print(f"\noutside any task: {outside:.1f} %{split}")
     return 0
 
 

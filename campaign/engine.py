@@ -20,13 +20,14 @@ from typing import Protocol
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
 from .claims import built_by, built_modules, compile_slots
+from .clock import WorkerClock
 from .progress import Progress
 from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
 from .tasks import Task, TaskKind, WorkerConfig
 from .tasks import cores as available_cores
 from .machine import default_workers, gpu_mem_gib, visible_gpus
-from .worker import SPENT, STICKY_EXIT, case_payload
+from .worker import STICKY_EXIT, case_payload
 
 EXIT_CLEAN, EXIT_NEW_FAILURES, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 
@@ -113,7 +114,7 @@ class Driver:
         self.timed_out: set[int] = set()
         self.origins: dict[tuple, dict] = {}  # (backend, shard, index) -> the row a shrink started from
         self.shrinking: dict[int, Task] = {}
-        self.spent: dict[str, dict[str, float]] = {}  # per backend: its tasks' seconds, by kind and by part (`done`)
+        self.clock = WorkerClock()
         self.harness_errors: list[str] = []
         self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
         self.errored: set[int] = set()
@@ -213,6 +214,7 @@ class Driver:
             self._act(waiting, self.buckets.observe(waiting))
 
     def _on_exit(self, wid: int, status: int, output: str) -> None:
+        self.clock.gone(wid)
         beat = self.beats.pop(wid, None)
         task = self.scheduler.worker_lost(wid)
         self.shrinking.pop(wid, None)
@@ -260,6 +262,7 @@ class Driver:
             raise HarnessAbort(f"worker {wid} could not be started: {type(e).__name__}: {e}") from e
         self.slot_of[wid] = slot
         self.started_cases[wid] = 0
+        self.clock.started(wid)
 
     def _handle(self, event: tuple) -> None:
         if event[0] == "exit":
@@ -268,6 +271,7 @@ class Driver:
         _, wid, msg = event
         kind = msg.get("type")
         if kind == "ready":
+            self.clock.ready(wid)
             self.scheduler.add_worker(wid)
         elif kind == "beat":
             self.beats[wid] = msg
@@ -283,7 +287,7 @@ class Driver:
             if not msg.get("returned"):
                 self.progress.deferred(msg["backend"])
         elif kind == "done":
-            self._spend(msg)
+            self.clock.done(wid, msg)
             self.beats.pop(wid, None)
             self.shrinking.pop(wid, None)
             if wid in self.stopping:
@@ -356,20 +360,14 @@ class Driver:
         self._record_compiles(started)
         return self._result(interrupted["signal"])
 
-    def _spend(self, msg: dict) -> None:
-        """Add a finished task's seconds to its backend's: per kind of task, and a generation task's parts (SPENT)."""
-        spent = self.spent.setdefault(msg["backend"], {"tasks": 0})
-        spent["tasks"] += 1
-        spent[f"{msg['kind']}_tasks"] = spent.get(f"{msg['kind']}_tasks", 0) + 1
-        for part, seconds in [(f"{msg['kind']}_task_s", msg["task_s"]), *((k, msg[k]) for k in SPENT)]:
-            spent[part] = spent.get(part, 0.0) + seconds
-
     def _record_compiles(self, started: float) -> None:
         """OUT/compile_draws.json: the campaign's span and workers, per JIT backend the keys drawn without a row, and per
-        backend where its tasks' seconds went (`time`: benchmarks/jit_campaign.py splits the worker time by it)."""
-        record = {"started": started, "ended": time.time(), "workers": self.plumbing.slots,
+        backend where its tasks' seconds went and the workers' start-up (campaign.clock)."""
+        ended = time.time()
+        self.clock.close(ended)
+        record = {"started": started, "ended": ended, "workers": self.plumbing.slots,
                   "compile_slots": self.wcfg.compile_slots, "backends": self.scheduler.backlog.record(self.cfg.backends),
-                  "time": self.spent}
+                  "time": self.clock.spent, "startup_s": self.clock.startup_s}
         try:
             (Path(self.cfg.out) / "compile_draws.json").write_text(json.dumps(record, indent=1))
         except OSError:
@@ -405,6 +403,7 @@ class Driver:
                     if task.kind == TaskKind.SHRINK:
                         self.shrinking[wid] = task
                     self.plumbing.assign(wid, task, self._task_deadline(task, deadline))
+                    self.clock.assigned(wid, task.backend)
                 if self.scheduler.finished:
                     self._stop_all()
                     grace_until = now + 5.0

@@ -1,0 +1,54 @@
+"""Where a campaign's worker time goes: its tasks' seconds by backend, kind and part, the workers' start-up, and tasks
+that never ended. compile_draws.json keeps it (`time`, `startup_s`); benchmarks/jit_campaign.py splits the campaign's
+worker time (workers x span) by it, and what none of it covers is a worker idle between tasks."""
+from __future__ import annotations
+
+import time
+
+from .worker import SPENT
+
+
+class WorkerClock:
+    def __init__(self) -> None:
+        self.spent: dict[str, dict[str, float]] = {}  # per backend: its tasks' seconds, by kind and by part (`done`)
+        self.startup_s = 0.0  # the workers' seconds from their start to `ready` (imports, the CUDA context)
+        self._launched: dict[int, float] = {}  # worker -> when it was started, until its `ready`
+        self._running: dict[int, tuple[str, float]] = {}  # worker -> (its task's backend, when it was handed out)
+
+    def started(self, wid: int) -> None:
+        self._launched[wid] = time.time()
+
+    def ready(self, wid: int) -> None:
+        launched = self._launched.pop(wid, None)
+        if launched is not None:
+            self.startup_s += time.time() - launched
+
+    def assigned(self, wid: int, backend: str) -> None:
+        self._running[wid] = (backend, time.time())
+
+    def done(self, wid: int, msg: dict) -> None:
+        """A finished task's seconds, as its worker timed them: per kind of task, and a generation task's parts."""
+        self._running.pop(wid, None)
+        spent = self.spent.setdefault(msg["backend"], {"tasks": 0})
+        spent["tasks"] += 1
+        spent[f"{msg['kind']}_tasks"] = spent.get(f"{msg['kind']}_tasks", 0) + 1
+        for part, seconds in [(f"{msg['kind']}_task_s", msg["task_s"]), *((k, msg[k]) for k in SPENT)]:
+            spent[part] = spent.get(part, 0.0) + seconds
+
+    def gone(self, wid: int, now: float | None = None) -> None:
+        """The worker exited, or the campaign ended with it still in a task: a task without its `done` (a death, a kill,
+        a JIT build longer than the campaign's rest) counts its seconds so far as `unfinished_task_s`; a worker that
+        never got ready counts as start-up."""
+        now = time.time() if now is None else now
+        if wid in self._running:
+            backend, since = self._running.pop(wid)
+            spent = self.spent.setdefault(backend, {"tasks": 0})
+            spent["unfinished_task_s"] = spent.get("unfinished_task_s", 0.0) + now - since
+        launched = self._launched.pop(wid, None)
+        if launched is not None:
+            self.startup_s += now - launched
+
+    def close(self, now: float) -> None:
+        """The campaign ended: every worker still in a task or starting is counted up to `now`."""
+        for wid in list(self._running) + list(self._launched):
+            self.gone(wid, now)
