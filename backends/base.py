@@ -61,6 +61,12 @@ def _same_slopes(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return torch.equal(torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32))
 
 
+# The largest relative error of PTX's tanh.approx.f32 over the whole float range (PTX ISA, "Floating Point
+# Instructions: tanh"): cutlass::fast_tanh, which flash-attention's apply_softcap calls (FA2 and FA3, hopper/utils.h),
+# and FlashInfer's math::tanh (include/flashinfer/math.cuh), which its LogitsSoftCap variants call, compile to it.
+PTX_TANH_APPROX = 2.0**-11
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """The region of Case space a backend accepts. Empty kv_layouts: contiguous K/V only."""
@@ -111,6 +117,9 @@ class Capabilities:
     # times s rounded to the cache's fp8 dtype (reference.softmax.ProbabilityRounding): the tolerance rule's baseline
     # holds them so (fuzz.tolerance.probability_rounding). None: P stays 16- or 32-bit
     fp8_probabilities: float | None = None
+    # e: the soft-cap's tanh carries a relative error up to e (PTX_TANH_APPROX: kernels that cap with tanh.approx.f32);
+    # the tolerance rule adds what that moves the output by (fuzz.tolerance.soft_cap_floor). 0: an accurate tanh
+    soft_cap_tanh_error: float = 0.0
     sinks_dtypes: frozenset[DType] | None = None  # the model dtypes sinks are taken with (None: any); drawn so
     # (encoding, value) pairs taken only without a sliding window (vLLM's sliding_window, a spelled one included);
     # drawn so: with a window the encoding takes another of its values

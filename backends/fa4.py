@@ -27,7 +27,7 @@ from reference.inputs import Inputs
 
 from . import spellings
 from ._convert import cu_seqlens, first_call_note, tokens_first_lse
-from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
+from .base import PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason
 
 HEAD_SIZES = (32, 40, 64, 72, 80, 96, 112, 128, 160, 192, 200, 256)
 FEATURES = frozenset({Feature.GQA, Feature.MQA, Feature.WINDOW, Feature.SOFT_CAP, Feature.SINKS, Feature.CONTEXT,
@@ -88,6 +88,9 @@ class FA4(Backend):
         encodings = (spellings.window_encodings(), spellings.CAUSAL_ENCODINGS, spellings.SCALE_ENCODINGS)
         common = dict(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
                       head_sizes=HEAD_SIZES, features=FEATURES, lse_base=LseBase.E,
+                      # create_softcap_scoremod (flash_attn/cute/utils.py): cute.math.tanh(..., fastmath=True), the
+                      # SFU's tanh.approx.f32
+                      soft_cap_tanh_error=PTX_TANH_APPROX,
                       encodings=encodings + ((spellings.PAGE_TABLE_ENCODINGS,) if paged else ()))
         if paged:
             # Found by fuzzing: the paged path asserts "Paged KV does not support irregular head dim" for

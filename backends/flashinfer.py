@@ -26,7 +26,8 @@ from reference.inputs import Inputs
 
 from . import spellings
 from ._convert import alibi_context_term, first_call_note, lse_natural
-from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason, poisoned_output
+from .base import (PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason,
+                   poisoned_output)
 
 LAYOUT = {KVLayout.FLASHINFER_NHD: "NHD", KVLayout.FLASHINFER_HND: "HND", KVLayout.FLASH_NHD: "NHD",
           KVLayout.FLASH_HND: "HND"}
@@ -124,6 +125,7 @@ class FlashInfer(Backend):
             attn_types=frozenset({AttentionType.DECODER} if decode else
                                  {AttentionType.DECODER, AttentionType.ENCODER_DECODER, AttentionType.KERNEL}),
             window_right=False, causal_alignments=frozenset({CausalAlignment.BOTTOM_RIGHT}),
+            soft_cap_tanh_error=PTX_TANH_APPROX,  # LogitsSoftCap caps with math::tanh (fa2 and hopper variants.cuh)
             # fa3: flashinfer/utils.py is_fa3_backend_supported() takes no positional encoding (ALiBi) and an fp8
             # cache only with fp8 queries (FlashInfer PR #2536); measured on an H100
             # (benchmarks/results/campaigns/flashinfer-fa3-cascade-h100-2026-11-24.md): its sm90 module for f16 queries over an
@@ -256,7 +258,7 @@ class FlashInferCascade(Backend):
         attn_types=frozenset({AttentionType.DECODER}),
         features=frozenset({Feature.GQA, Feature.MQA, Feature.SOFT_CAP, Feature.CONTEXT, Feature.EMPTY_QUERY}),
         kv_layouts=frozenset(LAYOUT), block_sizes=(1, 8, 16, 32), block_tables=frozenset({BlockTableKind.SHARED_PREFIX}),
-        lse_base=None, requires_cache=True, reads_paged_cache=True,
+        lse_base=None, requires_cache=True, reads_paged_cache=True, soft_cap_tanh_error=PTX_TANH_APPROX,
         encodings=(spellings.SCALE_ENCODINGS,))  # plan(..., sm_scale: Optional[float] = None)
 
     def availability(self) -> str | None:

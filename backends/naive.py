@@ -63,6 +63,11 @@ def _div(x: Tensor, divisor: float) -> Tensor:
     return x / torch.full_like(x, divisor)
 
 
+def _soft_cap(s: Tensor, cap: float) -> Tensor:
+    """cap * tanh(s / cap) (a seam: tests/fuzz/test_soft_cap_tanh.py caps with an approximate tanh)."""
+    return cap * torch.tanh(s / cap)
+
+
 class NaivePaged(Backend):
     library = "torch"
 
@@ -178,7 +183,7 @@ class NaivePaged(Backend):
         scale = spellings.scale_kwargs(case).get("softmax_scale", q.shape[-1] ** -0.5)  # the API's default
         s = torch.einsum("qhd,khd->hqk", q, k) * scale
         if case.soft_cap is not None and self.bug != Bug.SOFT_CAP_IGNORED:
-            s = case.soft_cap * torch.tanh(s / case.soft_cap)
+            s = _soft_cap(s, case.soft_cap)
         if inputs.alibi_slopes is not None:
             d = (kp - qp).float()
             if case.alibi.convention == AlibiConvention.SYMMETRIC:

@@ -25,7 +25,8 @@ from reference.inputs import Inputs
 
 from . import spellings
 from ._convert import cu_seqlens, tokens_first_lse
-from .base import Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason, poisoned_output
+from .base import (PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason,
+                   poisoned_output)
 
 F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
 FA3_HEADS = (64, 96, 128, 192, 256)
@@ -126,6 +127,7 @@ class Fa3Paged(VllmBackend):
             kv_layouts=frozenset({KVLayout.FLASH_NHD, KVLayout.VLLM_NHD, KVLayout.VLLM_HND}), block_sizes=(16, 32, 64, 256),
             kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3}), lse_base=LseBase.E,
             requires_cache=True, reads_paged_cache=True, writes_output_buffer=True,
+            soft_cap_tanh_error=PTX_TANH_APPROX,  # apply_softcap: cutlass::fast_tanh (hopper/utils.h)
             # scheduler: FA3 plans its own split (jit) or takes get_scheduler_metadata's plan, as FLASH_ATTN's
             # metadata builder computes it ahead of time (aot)
             # window_size: list[int], -1 unbounded (flash_attn_interface.py); any side >= the keys bounds nothing

@@ -41,7 +41,7 @@ from reference.inputs import Inputs, KVCache, slots_for
 from . import spellings
 from .vllm_batch import common_metadata, from_runner_order, in_runner_order, runner_order
 from .vllm_layers_repro import cascade_prefix, whole
-from .base import Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
+from .base import PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 
 F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
 LAYER = "model.layers.0.self_attn.attn"
@@ -333,7 +333,8 @@ def vllm_layer_backends() -> list[Backend]:
         kv_cache_dtypes=frozenset(KV_DTYPE_STRINGS) - {KVCacheDType.INT4_PER_TOKEN_HEAD})
     # FA3's s_aux takes bfloat16 sinks; vLLM's use_cascade_attention never picks cascade for a sliding window: both
     # drawn so (48 % of vllm-layer-flash's draws were these refusals, vllm/flashinfer-sm90-h200-2026-11-26.md)
-    flash = replace(_BASE, head_sizes=(64, 96, 128, 192, 256),
+    # FA3 and FlashInfer cap logits with tanh.approx.f32 (PTX_TANH_APPROX)
+    flash = replace(_BASE, head_sizes=(64, 96, 128, 192, 256), soft_cap_tanh_error=PTX_TANH_APPROX,
                     block_tables=frozenset(BlockTableKind), sinks_dtypes=frozenset({DType.BFLOAT16}),
                     windowless_encodings=(("cascade", "on"),),
                     encodings=_BASE.encodings + (("cascade", ("off", "on")),))
@@ -363,6 +364,7 @@ def vllm_layer_backends() -> list[Backend]:
                                              Feature.Q_FP8}),
                          kv_cache_dtypes=frozenset({KVCacheDType.AUTO, KVCacheDType.FP8_E4M3, KVCacheDType.FP8_E5M2}),
                          block_tables=frozenset(BlockTableKind), fp8_query_prefills=1,
+                         soft_cap_tanh_error=PTX_TANH_APPROX,
                          # its sm90 fp8 prefill (StandardFP8Attention, hopper/variants.cuh) multiplies P by p_scale, the
                          # cache format's largest value (448 for e4m3, the only fp8 query drawn), and runs P.V in fp8
                          # (convert_type<DTypeKV>, hopper/quantization/mainloop_mma.cuh)

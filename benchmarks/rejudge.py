@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 from backends.registry import get  # noqa: E402
 from fuzz.compare import oracle_and_baseline  # noqa: E402
-from fuzz.tolerance import baseline_dtype, limits, probability_rounding, rule_for  # noqa: E402
+from fuzz.tolerance import baseline_dtype, limits, probability_rounding, rule_for, soft_cap_shift  # noqa: E402
 from reference.case import Case  # noqa: E402
 from reference.inputs import materialize  # noqa: E402
 
@@ -46,15 +46,18 @@ def judged_rows(paths: list[str], every: bool = False) -> list[dict]:
     return out
 
 
-def limits_of(case: Case, rounding) -> tuple[float, float, float]:
+def limits_of(case: Case, rounding, tanh_error: float = 0.0) -> tuple[float, float, float]:
     """(max limit, mean limit, the baseline's max error) of `case` with the baseline's probabilities held as
-    `rounding` says."""
+    `rounding` says, and the soft-cap term of a tanh off by `tanh_error` (Capabilities.soft_cap_tanh_error)."""
     inputs = materialize(case, "cpu")
     expected, baseline, _ = oracle_and_baseline(inputs, baseline_dtype(case.dtype, case.kv_cache_dtype), True, rounding)
     seen = expected.num_visible.flatten() > 0
     exp_seen, base_seen = expected.output.flatten(0, 1)[seen], baseline.output.double().flatten(0, 1)[seen]
     spread = 0.0 if expected.logit_spread is None else float(expected.logit_spread)
-    lim = limits(rule_for(case.dtype, case.kv_cache_dtype), exp_seen, base_seen, case.dtype.torch, expected.lse, spread)
+    lse = expected.lse[torch.isfinite(expected.lse)]
+    shift = soft_cap_shift(case, tanh_error, float(lse.abs().max()) if lse.numel() else 0.0)
+    lim = limits(rule_for(case.dtype, case.kv_cache_dtype), exp_seen, base_seen, case.dtype.torch, expected.lse, spread,
+                 shift)
     return lim.max_limit, lim.mean_limit, lim.baseline_max
 
 
@@ -66,7 +69,7 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="rows whose features include this one")
     ap.add_argument("paths", nargs="+")
     a = ap.parse_args()
-    declared = get(a.backend).caps.fp8_probabilities
+    declared, tanh_error = get(a.backend).caps.fp8_probabilities, get(a.backend).caps.soft_cap_tanh_error
     scale = a.scale if a.scale is not None else declared
     torch.set_num_threads(1)
     print(f"backend {a.backend}, declared fp8_probabilities {declared}, rejudged with {scale}\n")
@@ -83,8 +86,8 @@ def main() -> None:
             continue
         seen_cases.add(key)
         case = Case.from_dict(json.loads(row["case"]) if isinstance(row["case"], str) else row["case"])
-        plain, _, _ = limits_of(case, None)
-        rounded, mean_limit, base = limits_of(case, probability_rounding(case, scale))
+        plain, _, _ = limits_of(case, None, tanh_error)
+        rounded, mean_limit, base = limits_of(case, probability_rounding(case, scale), tanh_error)
         ok = row["max_err"] <= rounded and row["mean_err"] <= mean_limit
         tally[row["features"]]["pass" if ok else "mismatch"] += 1
         print(f"| {row['source']} | {row['features']} | {row['max_err']:.4g} | {row['limit']:.4g} | {plain:.4g} | "

@@ -107,10 +107,6 @@ OPEN = (
           "leave the shrunk case 0.0059 off with 128-token chunks, a sixth of the kernel's 0.035; not yet matched to "
           "a mechanism.",
           ("vllm-layer-triton-mla-chunked-context-merges.json",), MLA_LAYER, device="H200"),
-    Entry("vllm-layer-flash-long-fp16-margin", O, VLLM, "FlashAttentionBackend (FA3) under vLLM's Attention layer, float16",
-          "One row of 44,088 evaluated: 6 queries over 16,383 cached keys, a 15,165-key window and soft-cap 50, "
-          "1.17x the limit; not yet separated from the tolerance rule's float16 floor at that length.",
-          ("vllm-layer-flash-fp16-long-window-margin.json",), FI_SM90, device="H200"),
     Entry("vllm-flashinfer-module-timeouts", O, VLLM, "FLASHINFER whole and under its layer (JIT-built modules)",
           "In a 420-s campaign (308 rows, H200) 10 rows were killed at the 120-s example timeout within 12 s of each "
           "other, their minimal replays too. Each was the first call of a FlashInfer module its compile key had not "
@@ -198,6 +194,18 @@ HARNESS = (
           "130x the rounded baseline's error without the sink start). The cases stay as regression cases.",
           ("vllm-layer-triton-fp8-query-p-rounding.json", "vllm-layer-flashinfer-fp8-query-p-rounding.json"),
           "tolerance/fp8-probabilities-2026-11-26.md", device="H200", status="fixed in attnref"),
+    Entry("soft-cap-approximate-tanh", Kind.HARNESS, VLLM,
+          "attnref's tolerance rule for FA3 (vllm-layer-flash, vllm-backend-flash, vllm-fa3-paged) and FlashInfer",
+          "FA3 caps logits with cutlass::fast_tanh and FlashInfer with math::tanh, both PTX tanh.approx.f32, whose "
+          "relative error is up to 2^-11; the rule's baseline capped with an accurate tanh. One float16 row of "
+          "vllm-layer-flash, 6 queries over 16,383 keys at cap 50, was 1.17x the limit (0.030 against 0.025): a "
+          "relative noise of 2^-11 on the oracle's capped logits alone moves its output by 0.014-0.035 "
+          "(benchmarks/soft_cap_tanh.py). Backends that cap so declare it (Capabilities.soft_cap_tanh_error), and "
+          "the rule adds the logit shift it may cause to the output and LSE limits (fuzz.tolerance.soft_cap_shift; "
+          "tests/fuzz/test_soft_cap_tanh.py); the row passes at 0.26x the new limit, and the saved FlashInfer "
+          "soft-cap defects still fail (13x and 40x the limit). The case stays as a regression case.",
+          ("vllm-layer-flash-fp16-long-window-margin.json",), "tolerance/soft-cap-tanh-2026-11-26.md", device="H200",
+          status="fixed in attnref"),
     Entry("vllm-mla-layer-small-workspace-seqs", Kind.HARNESS, VLLM, "attnref's vllm-layer-flashmla (small workspace)",
           "The small chunked-prefill workspace came from a config with max_num_seqs 1, and batches of 2-4 requests "
           "ran under it: FLASHMLA's fp8 decode copies its splits into a CUDA-graph buffer of max_num_seqs + 1 and "

@@ -19,7 +19,7 @@ from reference.softmax import all_finite
 from reference.widening import widen
 
 from .cache_write import judge_writes
-from .tolerance import Limits, ToleranceRule, limits, rule_for
+from .tolerance import Limits, ToleranceRule, limits, rule_for, soft_cap_shift
 from .verdicts import SEVERITY, Symptom, Verdict  # noqa: F401 (Verdict and Symptom are imported from here too)
 
 
@@ -52,7 +52,11 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     diff = (out - exp_out).abs()
     exp_seen, base_seen = seen_rows(exp_out), seen_rows(widen(baseline.output))
     spread = 0.0 if expected.logit_spread is None else float(expected.logit_spread)
-    lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse, spread)
+    shift = 0.0
+    if case.soft_cap is not None and caps.soft_cap_tanh_error:
+        finite_lse = expected.lse[torch.isfinite(expected.lse)]
+        shift = soft_cap_shift(case, caps.soft_cap_tanh_error, float(finite_lse.abs().max()) if finite_lse.numel() else 0.0)
+    lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse, spread, shift)
     nonempty = seen_rows(diff)
     seen_finite = all_finite(nonempty)
     finite = None if seen_finite else torch.isfinite(nonempty)
@@ -90,7 +94,7 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     symptoms += error_symptoms(finite_max, finite_mean, lim, row["baseline_max_err"])
     symptoms += judge_writes(inputs, actual)
     if actual.lse is not None and caps.lse_base is not None:
-        symptoms += judge_lse(row, caps.empty_row_lse, expected, baseline, actual.lse, empty, rule)
+        symptoms += judge_lse(row, caps.empty_row_lse, expected, baseline, actual.lse, empty, rule, shift)
     record(row, symptoms)
 
 
@@ -163,9 +167,10 @@ def cosine_from(dot: float, a_norm: float, e_norm: float) -> float:
     return dot / max(a_norm * e_norm, 1e-8) if e_norm else 1.0
 
 
-def lse_limit(rule: ToleranceRule, baseline_max: float, expected_max: float) -> float:
-    """The LSE's limit: lse_factor x the baseline's max error + lse_floor x max(1, max|expected LSE|)."""
-    return rule.lse_factor * baseline_max + rule.lse_floor * max(1.0, expected_max)
+def lse_limit(rule: ToleranceRule, baseline_max: float, expected_max: float, shift: float = 0.0) -> float:
+    """The LSE's limit: lse_factor x the baseline's max error + lse_floor x max(1, max|expected LSE|), + an approximate
+    soft-cap's shift of the logits (fuzz.tolerance.soft_cap_shift)."""
+    return rule.lse_factor * baseline_max + rule.lse_floor * max(1.0, expected_max) + shift
 
 
 def inputs_have_no_sinks(expected: Expected, empty: Tensor) -> bool:
@@ -174,7 +179,7 @@ def inputs_have_no_sinks(expected: Expected, empty: Tensor) -> bool:
 
 
 def judge_lse(row: dict[str, Any], declared_empty: float, expected: Expected, baseline: Expected, actual_lse: Tensor,
-              empty: Tensor, rule: ToleranceRule) -> list[Symptom]:
+              empty: Tensor, rule: ToleranceRule, shift: float = 0.0) -> list[Symptom]:
     """LSE symptoms: shape, the declared empty-row value, non-finite values, error past the limit."""
     lse = actual_lse.to(expected.lse.device).double()
     if tuple(lse.shape) != tuple(expected.lse.shape):
@@ -195,7 +200,7 @@ def judge_lse(row: dict[str, Any], declared_empty: float, expected: Expected, ba
     if not every:
         out.append(Symptom(Verdict.NAN, "lse-nan", f"{int((~finite).sum())} NaN/Inf LSE values where the oracle is finite"))
     err = (a - e).abs() if every else (a - e).abs()[finite]
-    limit = lse_limit(rule, float((b - e).abs().max()), float(e.abs().max()))
+    limit = lse_limit(rule, float((b - e).abs().max()), float(e.abs().max()), shift)
     worst = float(err.max()) if err.numel() else 0.0
     row.update(lse_max_err=worst, lse_limit=limit)
     if worst > limit:
