@@ -54,7 +54,8 @@ def main() -> None:
     shift = soft_cap_shift(case, PTX_TANH_APPROX, float(lse.abs().max()))
     term = 2.0 * shift * float(exact.output.abs().max())
     print(f"case {Path(a.case).name}: {case.dtype.value}, cap {case.soft_cap}, {case.max_kv_len} keys")
-    print(f"kernel (recorded): max error {row['max_err']:.4g}, limit {row['limit']:.4g}, baseline {row['baseline_max_err']:.4g}")
+    print(f"kernel (recorded): max error {row['max_err']:.4g}, limit {row['limit']:.4g}, "
+          f"baseline {row['baseline_max_err']:.4g}")
     print(f"rule's soft-cap term at 2^-11: {term:.4g} (shift {shift:.4g}); limit with it {row['limit'] + term:.4g}\n")
     print("| relative tanh error | max output error, per seed |\n|---|---|")
     plain = attention.apply_soft_cap

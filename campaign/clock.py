@@ -9,6 +9,8 @@ from .worker import SPENT
 
 
 class WorkerClock:
+    """The driver's account of worker time, fed by its events (start, ready, a task handed out, done, exit)."""
+
     def __init__(self) -> None:
         self.spent: dict[str, dict[str, float]] = {}  # per backend: its tasks' seconds, by kind and by part (`done`)
         self.startup_s = 0.0  # the workers' seconds from their start to `ready` (imports, the CUDA context)

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 # Deferred cases kept per module: beyond it a drawn case of that module is dropped (its example number gets no row).
-BACKLOG_PER_KEY = 64
+BACKLOG_PER_MODULE = 64
 CASES_PER_TASK = 32
 LOAD_BATCH = 8  # waiting cases for which a worker without the key's module loads it (see Backlog.take)
 
@@ -42,15 +42,16 @@ class _Module:
     key: str  # the compile key the module is of (the coverage unit; a claim covers it)
     cases: list[tuple[str, dict]] = field(default_factory=list)  # (case JSON, where: shard / index / shard_size)
     building: bool = False  # a compile task holds it
-    held: bool = False  # a task gave its cases back (no free slot): not handed out beside generation before a first call ends
+    # a task gave its cases back (no free slot): not handed out beside generation before a first call ends
+    held: bool = False
     dropped: int = 0
 
 
 class Backlog:
     """Deferred cases per (backend, module), and which modules and keys are built."""
 
-    def __init__(self, per_key: int = BACKLOG_PER_KEY) -> None:
-        self.per_key = per_key
+    def __init__(self, per_module: int = BACKLOG_PER_MODULE) -> None:
+        self.per_module = per_module
         self.built: dict[str, set[str]] = defaultdict(set)  # modules
         self.built_keys: dict[str, set[str]] = defaultdict(set)  # compile keys some module of which is built
         self.deferred: Counter[tuple[str, str]] = Counter()  # every deferral per compile key, kept or dropped
@@ -64,7 +65,7 @@ class Backlog:
             entry.held = True
         else:
             self.deferred[backend, key] += 1
-        if len(entry.cases) >= self.per_key:
+        if len(entry.cases) >= self.per_module:
             entry.dropped += 1
         else:
             entry.cases.append((case, where))
@@ -90,9 +91,9 @@ class Backlog:
     def take(self, *, built: bool, skip: set[str] = frozenset(), here: set[tuple[str, str]] | None = None,
              elsewhere: set[tuple[str, str]] = frozenset(), loads: bool = True,
              fresh: bool = False) -> tuple[str, str, str, list[tuple[str, dict]]] | None:
-        """(backend, compile key, module, cases) of a built module's waiting cases (built=True), or of the unbuilt module
-        with the most cases, marked building (built=False); None when there is none. Backends in `skip` are left out;
-        `fresh`: not modules whose cases were given back since the last first call ended (held).
+        """(backend, compile key, module, cases) of a built module's waiting cases (built=True), or of the unbuilt
+        module with the most cases, marked building (built=False); None when there is none. Backends in `skip` are left
+        out; `fresh`: not modules whose cases were given back since the last first call ended (held).
 
         With `here` (the modules the asking worker has loaded) a built module goes to it when it has it loaded, when
         no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a first call costs seconds in each

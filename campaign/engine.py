@@ -122,7 +122,8 @@ class Driver:
         self.next_wid = 0
 
     def _known_builds(self) -> None:
-        """Modules an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at once."""
+        """Modules an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at
+        once."""
         for backend in self.cfg.backends:
             for key, unit in built_modules(cache_root(self.wcfg.cache_dir) / KEYS_FOLDER, backend):
                 self.scheduler.key_built(backend, key, unit=unit)

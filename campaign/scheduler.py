@@ -14,8 +14,8 @@ it stopped; with an example budget, shards are added until every backend has exa
 
 A JIT backend's cases that waited for their module (campaign.compiles) go out before generation, to a worker that
 has the module loaded; while a compile slot is free (campaign.claims), the unbuilt module with the most waiting cases
-goes out as a compile task beside generation. While declared keys are undrawn, tours (TOUR_SIZE cases of one such key) take
-up to TOUR_SHARE of a JIT backend's planned cases; two of every three other new shards (FOCUSED_PER_WHOLE) draw only
+goes out as a compile task beside generation. While declared keys are undrawn, tours (TOUR_SIZE cases of one such key)
+take up to TOUR_SHARE of a JIT backend's planned cases; two of every three other new shards (FOCUSED_PER_WHOLE) draw only
 cases of one compile key the worker has loaded, so workers evaluate while few of the backend's keys are built; the
 third is a tour while keys are undrawn, then, once every key has been drawn, the whole space while the build queue
 runs short.

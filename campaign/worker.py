@@ -224,7 +224,6 @@ class Worker:
             self._units.add((backend.name, gated[1]))
         summary = base_row(backend, case)
         self.send({"type": "beat", **summary, "started": time.time(), "first_compile": first, **where})
-        started = time.monotonic()
         evaluation = evaluate(backend, case, check_blind=check_blind, oracle_cpu_max=self.config.oracle_cpu_max,
                               base=summary)
         row = evaluation.row
@@ -284,7 +283,8 @@ class Worker:
     # --- tasks ----------------------------------------------------------------------------------
     def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[tuple[str, str] | None, Claim | None]:
         """((the case's compile key, its module) when the case waits for the module, None) or (None, the claim to build
-        or load its module here now; None when this process has run it, or loads it without a slot): campaign.claims. Building a module
+        or load its module here now; None when this process has run it, or loads it without a slot): campaign.claims.
+        Building a module
         and loading a built one into this process both take a compile slot (measured on an H100: FA4's first calls take
         2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads in process
         (Backend.loads_in_process); a case waits while another process builds its module or every slot is busy, and

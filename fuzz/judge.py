@@ -55,7 +55,8 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     shift = 0.0
     if case.soft_cap is not None and caps.soft_cap_tanh_error:
         finite_lse = expected.lse[torch.isfinite(expected.lse)]
-        shift = soft_cap_shift(case, caps.soft_cap_tanh_error, float(finite_lse.abs().max()) if finite_lse.numel() else 0.0)
+        lse_max = float(finite_lse.abs().max()) if finite_lse.numel() else 0.0
+        shift = soft_cap_shift(case, caps.soft_cap_tanh_error, lse_max)
     lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse, spread, shift)
     nonempty = seen_rows(diff)
     seen_finite = all_finite(nonempty)

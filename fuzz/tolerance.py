@@ -131,8 +131,8 @@ def logit_floor(expected_max: float, lse_max: float, spread: float) -> float:
 
 
 def soft_cap_shift(case: Case, tanh_error: float, lse_max: float) -> float:
-    """How far a kernel whose soft-cap tanh is off by a relative `tanh_error` (Capabilities.soft_cap_tanh_error) may move
-    a row's logits on average under its softmax, sum_j p_j |delta c_j|, beyond a plain pass: each capped logit
+    """How far a kernel whose soft-cap tanh is off by a relative `tanh_error` (Capabilities.soft_cap_tanh_error) may
+    move a row's logits on average under its softmax, sum_j p_j |delta c_j|, beyond a plain pass: each capped logit
     c = cap * tanh(s / cap) moves by up to tanh_error * |c|. sum_j p_j |c_j| is at most the cap and, with no bias beside
     the cap, at most max|LSE| + ln(keys): |c_j| <= |LSE| + (LSE - c_j), and sum_j p_j (LSE - c_j) is the softmax's
     entropy. The LSE moves by up to this shift; the output, as a logit's error moves its probability by that relative

@@ -185,7 +185,7 @@ def test_tours_take_their_share_of_the_cases_beside_focused_shards_while_keys_ar
 
 
 def test_a_full_backlog_drops_and_counts():
-    backlog = Backlog(per_key=2)
+    backlog = Backlog(per_module=2)
     for i in range(5):
         backlog.defer("jit", "k", f"c{i}", {})
     assert backlog.waiting("jit") == 2 and backlog.dropped("jit") == 3
@@ -313,12 +313,14 @@ def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkey
 
 def _variants_for_30_s(tmp_path, monkeypatch, backend: str, compile_share: float) -> tuple[list[dict], dict]:
     """A 30-s campaign of 3 workers over one dtype and head size of a stand-in with variants (tests/campaign/fake_jit.py),
-    its builds and loads logged under tmp_path: (its generated rows, its tasks' counts and seconds: compile_draws.json)."""
+    its builds and loads logged under tmp_path: (its generated rows, its tasks' counts and seconds: compile_draws.json).
+    """
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    result = run_campaign(CampaignConfig(out=tmp_path / "out", backends=[backend], examples=None, seconds=30, workers=3,
-                                         progress=False, specs=("tests.campaign.fake_jit:backends",), replay_saved=False,
-                                         cache_dir=str(tmp_path / "c"), compile_share=compile_share,
-                                         limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]}))
+    cfg = CampaignConfig(out=tmp_path / "out", backends=[backend], examples=None, seconds=30, workers=3, progress=False,
+                         specs=("tests.campaign.fake_jit:backends",), replay_saved=False, cache_dir=str(tmp_path / "c"),
+                         compile_share=compile_share,
+                         limits={"dtypes": ["float32"], "head_sizes": [64], "tiers": ["small"]})
+    result = run_campaign(cfg)
     record = json.loads((tmp_path / "out" / "compile_draws.json").read_text())
     return [r for r in result.rows if r.get("phase") == "generate"], record["time"][backend]
 

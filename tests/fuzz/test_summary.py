@@ -42,13 +42,15 @@ def test_the_device_summary_writes_the_judges_row(case):
         except Unsupported:
             continue
         # a soft-capped case also as a backend whose tanh is approximate would be judged (fuzz.tolerance.soft_cap_shift)
-        for caps in [backend.caps] + ([replace(backend.caps, soft_cap_tanh_error=PTX_TANH_APPROX)] if case.soft_cap else []):
+        approximate = [replace(backend.caps, soft_cap_tanh_error=PTX_TANH_APPROX)] if case.soft_cap else []
+        for caps in [backend.caps] + approximate:
             full, fast = {}, {}
             judge(full, caps, inputs, expected, baseline, actual)
             if judge_on_device(fast, caps, inputs, expected, baseline, actual) is None:
                 assert fast == {}
                 empty = bool((expected.num_visible == 0).any())
-                assert empty or full["nan_count"] or full["inf_count"] or full["symptom"] in ("output-nan", "lse-nan"), name
+                failed = full["nan_count"] or full["inf_count"] or full["symptom"] in ("output-nan", "lse-nan")
+                assert empty or failed, name
                 continue
             assert {k: full.get(k) for k in SAME} == {k: fast.get(k) for k in SAME}, name
             for k in NUMBERS:
