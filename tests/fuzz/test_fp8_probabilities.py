@@ -10,16 +10,16 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import backends.naive as naive
-from backends.naive import Bug, NaivePaged
-from fuzz.compare import evaluate
-from fuzz.strategies import Limits, cases
+from backends.naive import Bug
+from fuzz.strategies import Limits
 from fuzz.tolerance import probability_rounding
 from reference.case import KVCacheDType
 from reference.softmax import ProbabilityRounding, probabilities, rounded_probabilities
+from tests.fuzz.drawing import derandomized, twin_verdicts
 
 E4M3 = torch.float8_e4m3fn
 
@@ -49,20 +49,8 @@ FP8_CAPS = replace(naive.NAIVE_CAPS, kv_cache_dtypes=frozenset({KVCacheDType.FP8
 
 def drawn(n: int = 30) -> list:
     """Derandomized draws of the fp8 declaration: every one reads an fp8 query over an e4m3 cache."""
-    out = []
-
-    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate],
-              database=None, derandomize=True)
-    @given(cases(FP8_CAPS, Limits(tiers=("small", "tile"))))
-    def collect(case):
-        out.append(case)
-
-    collect()
-    return [c for c in out if c.cache is not None and c.cache.quant.q_fp8_scale is not None]
-
-
-def verdicts(backend, todo) -> list[str]:
-    return [evaluate(backend, case, check_blind=False).row["verdict"] for case in todo]
+    return [c for c in derandomized(FP8_CAPS, Limits(tiers=("small", "tile")), n)
+            if c.cache is not None and c.cache.quant.q_fp8_scale is not None]
 
 
 @pytest.mark.parametrize("scale", [1.0, 448.0])
@@ -70,21 +58,15 @@ def test_a_kernel_holding_p_in_fp8_passes_when_declared_and_fails_undeclared(mon
     monkeypatch.setattr(naive, "_partial", held_partial(scale))
     todo = drawn()
     assert len(todo) >= 15
-    declared = NaivePaged()
-    declared.caps = replace(FP8_CAPS, fp8_probabilities=scale)
-    assert "mismatch" not in verdicts(declared, todo)
-    undeclared = NaivePaged()
-    undeclared.caps = FP8_CAPS
-    assert "mismatch" in verdicts(undeclared, todo)  # the rounding is more than the plain baseline allows
+    assert "mismatch" not in twin_verdicts(replace(FP8_CAPS, fp8_probabilities=scale), todo)
+    assert "mismatch" in twin_verdicts(FP8_CAPS, todo)  # the rounding is more than the plain baseline allows
 
 
 def test_a_planted_bug_still_fails_under_the_declaration(monkeypatch):
     monkeypatch.setattr(naive, "_partial", held_partial(448.0))
-    mutant = NaivePaged(Bug.SOFT_CAP_IGNORED)
-    mutant.caps = replace(FP8_CAPS, fp8_probabilities=448.0)
     todo = [c for c in drawn(60) if c.soft_cap is not None and c.soft_cap < 5]
     assert todo
-    assert "mismatch" in verdicts(mutant, todo)
+    assert "mismatch" in twin_verdicts(replace(FP8_CAPS, fp8_probabilities=448.0), todo, Bug.SOFT_CAP_IGNORED)
 
 
 @settings(max_examples=60, deadline=None)

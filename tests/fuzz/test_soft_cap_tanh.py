@@ -8,15 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
-
 import backends.naive as naive
 from backends.base import PTX_TANH_APPROX
-from backends.naive import Bug, NaivePaged
-from fuzz.compare import evaluate
-from fuzz.strategies import Limits, cases
+from backends.naive import Bug
+from fuzz.strategies import Limits
 from fuzz.tolerance import soft_cap_shift
 from reference.case import DType
+from tests.fuzz.drawing import derandomized, twin_verdicts
 
 CAPS = replace(naive.NAIVE_CAPS, dtypes=frozenset({DType.FLOAT32, DType.FLOAT16}))
 
@@ -30,41 +28,22 @@ def approximate_cap(s: torch.Tensor, cap: float) -> torch.Tensor:
 
 def drawn(n: int = 80) -> list:
     """Derandomized soft-capped draws of the twin's declaration."""
-    out = []
-
-    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate],
-              database=None, derandomize=True)
-    @given(cases(CAPS, Limits(tiers=("small", "tile"))))
-    def collect(case):
-        out.append(case)
-
-    collect()
-    return [c for c in out if c.soft_cap is not None]
-
-
-def verdicts(backend, todo) -> list[str]:
-    return [evaluate(backend, case, check_blind=False).row["verdict"] for case in todo]
+    return [c for c in derandomized(CAPS, Limits(tiers=("small", "tile")), n) if c.soft_cap is not None]
 
 
 def test_an_approximate_tanh_passes_when_declared_and_fails_undeclared(monkeypatch):
     monkeypatch.setattr(naive, "_soft_cap", approximate_cap)
     todo = drawn()
     assert len(todo) >= 15
-    declared = NaivePaged()
-    declared.caps = replace(CAPS, soft_cap_tanh_error=PTX_TANH_APPROX)
-    assert "mismatch" not in verdicts(declared, todo)
-    undeclared = NaivePaged()
-    undeclared.caps = CAPS
-    assert "mismatch" in verdicts(undeclared, [c for c in todo if c.dtype == DType.FLOAT32])
+    assert "mismatch" not in twin_verdicts(replace(CAPS, soft_cap_tanh_error=PTX_TANH_APPROX), todo)
+    assert "mismatch" in twin_verdicts(CAPS, [c for c in todo if c.dtype == DType.FLOAT32])
 
 
 def test_a_planted_soft_cap_bug_still_fails_under_the_declaration(monkeypatch):
     monkeypatch.setattr(naive, "_soft_cap", approximate_cap)
-    mutant = NaivePaged(Bug.SOFT_CAP_IGNORED)
-    mutant.caps = replace(CAPS, soft_cap_tanh_error=PTX_TANH_APPROX)
     todo = [c for c in drawn() if c.soft_cap < 5]
     assert todo
-    assert "mismatch" in verdicts(mutant, todo)
+    assert "mismatch" in twin_verdicts(replace(CAPS, soft_cap_tanh_error=PTX_TANH_APPROX), todo, Bug.SOFT_CAP_IGNORED)
 
 
 def test_the_soft_cap_shift_needs_a_cap_and_a_declaration_and_is_bounded_by_the_cap():
