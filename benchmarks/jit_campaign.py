@@ -91,7 +91,9 @@ def task_time(record: dict) -> list[dict]:
     for backend, t in sorted(record.get("time", {}).items()):
         parts = {k: t.get(k, 0.0) for k in SPENT}
         generate = t.get("generate_task_s", 0.0)
+        counted = any(k.endswith("_tasks") for k in t)  # tasks per kind (records of older trees have the total only)
         out.append({"backend": backend, "tasks": t.get("tasks", 0),
+                    "waiting-case tasks": t.get("deferred_tasks", 0) if counted else None,
                     **{k[:-2]: 100 * v / total for k, v in parts.items()},
                     "hypothesis": 100 * max(0.0, generate - sum(parts.values())) / total,
                     "waiting cases": 100 * t.get("deferred_task_s", 0.0) / total,
@@ -120,12 +122,13 @@ def main(argv: list[str] | None = None) -> int:
           f"drawing / deferring / idle {w['rest']:.0f} %")
     shares = task_time(record)
     if shares:
-        heads = [k for k in shares[0] if k not in ("backend", "tasks")]
+        heads = [k for k in shares[0] if k not in ("backend", "tasks", "waiting-case tasks")]
         print("\nwhole campaign, % of worker time by the tasks' own clocks (`outside`: no task held the worker)\n")
-        print("| backend | tasks | " + " | ".join(heads) + " |")
+        print("| backend | tasks (of waiting cases) | " + " | ".join(heads) + " |")
         print("|---|---|" + "---|" * len(heads))
         for t in shares:
-            print(f"| {t['backend']} | {t['tasks']} | " + " | ".join(f"{t[k]:.1f}" for k in heads) + " |")
+            waiting = "" if t["waiting-case tasks"] is None else f" ({t['waiting-case tasks']})"
+            print(f"| {t['backend']} | {t['tasks']}{waiting} | " + " | ".join(f"{t[k]:.1f}" for k in heads) + " |")
         outside = max(0.0, 100 - sum(t['in tasks'] for t in shares))
         split = ""
         if "startup_s" in record:  # campaign.clock
