@@ -118,7 +118,7 @@ class Capabilities:
     # holds them so (fuzz.tolerance.probability_rounding). None: P stays 16- or 32-bit
     fp8_probabilities: float | None = None
     # e: the soft-cap's tanh carries a relative error up to e (PTX_TANH_APPROX: kernels that cap with tanh.approx.f32);
-    # the tolerance rule adds what that moves the output by (fuzz.tolerance.soft_cap_floor). 0: an accurate tanh
+    # the tolerance rule adds what that moves the LSE and output by (fuzz.tolerance.soft_cap_shift). 0: an accurate tanh
     soft_cap_tanh_error: float = 0.0
     sinks_dtypes: frozenset[DType] | None = None  # the model dtypes sinks are taken with (None: any); drawn so
     # (encoding, value) pairs taken only without a sliding window (vLLM's sliding_window, a spelled one included);

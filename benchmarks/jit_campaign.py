@@ -79,6 +79,11 @@ def worker_time(rows: list[dict], record: dict, after: float) -> dict:
                 rest=100 * (1 - (compile_s + evaluate_s) / total))
 
 
+def worker_seconds(record: dict) -> float:
+    """The campaign's worker time: workers x its span (compile_draws.json)."""
+    return record["workers"] * max(record["ended"] - record["started"], 1e-9)
+
+
 def task_time(record: dict) -> list[dict]:
     """Per backend, shares of the campaign's worker time (workers x span) by where its tasks' seconds went (the
     workers' `done` messages, compile_draws.json `time`): a generation task's parts (campaign.worker.SPENT: the strategy
@@ -86,7 +91,7 @@ def task_time(record: dict) -> list[dict]:
     examples, and hypothesis' own rest), the waiting cases' tasks, shrinks and replays, and tasks that never ended (a
     worker died or was killed in it, or the campaign ended during it: a long JIT build); `outside` is what no task of
     any backend held (the workers' start-up, and a worker idle between tasks)."""
-    total = record["workers"] * max(record["ended"] - record["started"], 1e-9)
+    total = worker_seconds(record)
     out = []
     for backend, t in sorted(record.get("time", {}).items()):
         parts = {k: t.get(k, 0.0) for k in SPENT}
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         outside = max(0.0, 100 - sum(t['in tasks'] for t in shares))
         split = ""
         if "startup_s" in record:  # campaign.clock
-            startup = 100 * record["startup_s"] / (record["workers"] * max(record["ended"] - record["started"], 1e-9))
+            startup = 100 * record["startup_s"] / worker_seconds(record)
             split = f" (workers starting {startup:.1f} %, between tasks {max(0.0, outside - startup):.1f} %)"
         print(f"\noutside any task: {outside:.1f} %{split}")
     return 0

@@ -23,7 +23,8 @@ import torch  # noqa: E402
 
 from backends.registry import get  # noqa: E402
 from fuzz.compare import oracle_and_baseline  # noqa: E402
-from fuzz.tolerance import baseline_dtype, limits, probability_rounding, rule_for, soft_cap_shift  # noqa: E402
+from fuzz.tolerance import (baseline_dtype, finite_abs_max, limits, probability_rounding, rule_for,  # noqa: E402
+                            soft_cap_shift)
 from reference.case import Case  # noqa: E402
 from reference.inputs import materialize  # noqa: E402
 
@@ -54,8 +55,7 @@ def limits_of(case: Case, rounding, tanh_error: float = 0.0) -> tuple[float, flo
     seen = expected.num_visible.flatten() > 0
     exp_seen, base_seen = expected.output.flatten(0, 1)[seen], baseline.output.double().flatten(0, 1)[seen]
     spread = 0.0 if expected.logit_spread is None else float(expected.logit_spread)
-    lse = expected.lse[torch.isfinite(expected.lse)]
-    shift = soft_cap_shift(case, tanh_error, float(lse.abs().max()) if lse.numel() else 0.0)
+    shift = soft_cap_shift(case, tanh_error, finite_abs_max(expected.lse))
     lim = limits(rule_for(case.dtype, case.kv_cache_dtype), exp_seen, base_seen, case.dtype.torch, expected.lse, spread,
                  shift)
     return lim.max_limit, lim.mean_limit, lim.baseline_max

@@ -284,11 +284,10 @@ class Worker:
     def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[tuple[str, str] | None, Claim | None]:
         """((the case's compile key, its module) when the case waits for the module, None) or (None, the claim to build
         or load its module here now; None when this process has run it, or loads it without a slot): campaign.claims.
-        Building a module
-        and loading a built one into this process both take a compile slot (measured on an H100: FA4's first calls take
-        2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads in process
-        (Backend.loads_in_process); a case waits while another process builds its module or every slot is busy, and
-        the driver hands it to a worker that has the key loaded."""
+        Building a module and loading a built one into this process both take a compile slot (measured on an H100:
+        FA4's first calls take 2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads
+        in process (Backend.loads_in_process); a case waits while another process builds its module or every slot is
+        busy, and the driver hands it to a worker that has the module loaded."""
         gated = self._module(backend, case)
         if gated is None or (backend.name, gated[1]) in self._units:
             return None, None

@@ -19,7 +19,7 @@ from reference.softmax import all_finite
 from reference.widening import widen
 
 from .cache_write import judge_writes
-from .tolerance import Limits, ToleranceRule, limits, rule_for, soft_cap_shift
+from .tolerance import Limits, ToleranceRule, finite_abs_max, limits, rule_for, soft_cap_shift
 from .verdicts import SEVERITY, Symptom, Verdict  # noqa: F401 (Verdict and Symptom are imported from here too)
 
 
@@ -54,9 +54,7 @@ def judge(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baselin
     spread = 0.0 if expected.logit_spread is None else float(expected.logit_spread)
     shift = 0.0
     if case.soft_cap is not None and caps.soft_cap_tanh_error:
-        finite_lse = expected.lse[torch.isfinite(expected.lse)]
-        lse_max = float(finite_lse.abs().max()) if finite_lse.numel() else 0.0
-        shift = soft_cap_shift(case, caps.soft_cap_tanh_error, lse_max)
+        shift = soft_cap_shift(case, caps.soft_cap_tanh_error, finite_abs_max(expected.lse))
     lim = limits(rule, exp_seen, base_seen, case.dtype.torch, expected.lse, spread, shift)
     nonempty = seen_rows(diff)
     seen_finite = all_finite(nonempty)

@@ -23,7 +23,7 @@ from reference.inputs import Inputs
 
 from .cache_write import judge_writes
 from .judge import buffer_symptom, cosine_from, error_symptoms, lse_limit, lse_mismatch, record, worst_place
-from .tolerance import limits_from, logit_floor, rounding_error, rule_for, soft_cap_shift
+from .tolerance import limits_from, logit_floor, rounding_error, rule_for, soft_cap_floor, soft_cap_shift
 
 # What one case's vector holds, in order (the LSE's four only where the kernel's LSE is judged)
 FIELDS = ("min_visible", "sum", "base_max", "base_mean", "rounding", "expected_max", "lse_max", "spread", "max_err",
@@ -65,7 +65,7 @@ def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expecte
     rule = rule_for(case.dtype, case.kv_cache_dtype)
     shift = soft_cap_shift(case, caps.soft_cap_tanh_error, v["lse_max"])
     lim = limits_from(rule, v["base_max"], v["base_mean"], 2.0 * v["rounding"],
-                      logit_floor(v["expected_max"], v["lse_max"], v["spread"]) + 2.0 * shift * v["expected_max"])
+                      logit_floor(v["expected_max"], v["lse_max"], v["spread"]) + soft_cap_floor(shift, v["expected_max"]))
     token, head, dim, seq = worst_place(int(v["argmax"]), tuple(e.shape), case.query_starts)
     row.update(limit=lim.max_limit, mean_limit=lim.mean_limit, floor=lim.floor, logit_spread=v["spread"],
                baseline_max_err=v["base_max"], baseline_mean_err=v["base_mean"], nan_count=0, inf_count=0,

@@ -130,6 +130,17 @@ def logit_floor(expected_max: float, lse_max: float, spread: float) -> float:
     return 2.0 * FP32_EPS * max(1.0, lse_max, spread) * expected_max
 
 
+def finite_abs_max(t: Tensor) -> float:
+    """max |t| over its finite elements (0 when there is none): an LSE's, whose rows without keys are -inf."""
+    finite = t if all_finite(t) else t[torch.isfinite(t)]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
+def soft_cap_floor(shift: float, expected_max: float) -> float:
+    """The output floor's term for an approximate soft-cap's logit shift (soft_cap_shift), in logit_floor's form."""
+    return 2.0 * shift * expected_max
+
+
 def soft_cap_shift(case: Case, tanh_error: float, lse_max: float) -> float:
     """How far a kernel whose soft-cap tanh is off by a relative `tanh_error` (Capabilities.soft_cap_tanh_error) may
     move a row's logits on average under its softmax, sum_j p_j |delta c_j|, beyond a plain pass: each capped logit
@@ -160,7 +171,7 @@ def limits(rule: ToleranceRule, expected: Tensor, baseline: Tensor, dtype: torch
     base_mean = float(diff.mean()) if diff.numel() else 0.0
     logit = logit_rounding_floor(expected, lse, spread) if lse is not None else 0.0
     if shift and expected.numel():
-        logit += 2.0 * shift * float(expected.abs().max())
+        logit += soft_cap_floor(shift, float(expected.abs().max()))
     return limits_from(rule, base_max, base_mean, rounding_floor(expected, dtype), logit)
 
 
