@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     rows, declared, record = load(Path(a.results))
     span = record["ended"] - record["started"]
-    print(f"campaign: {span:.0f} s, {record['workers']} workers, {record.get('compile_slots')} compile slots\n")
+    after = record.get("compile_slots_after")
+    budget = f", {after} after {record.get('warmup_s', 0):.0f} s" if after is not None else ""
+    print(f"campaign: {span:.0f} s, {record['workers']} workers, {record.get('compile_slots')} compile slots{budget}\n")
     print("| backend | generated rows | rows/s (whole campaign) | keys declared | keys drawn | keys built | "
           "cases waiting at the end | dropped | failing rows | rows per minute |")
     print("|---|---|---|---|---|---|---|---|---|---|")

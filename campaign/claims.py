@@ -181,3 +181,17 @@ def compile_slots(share: float, workers: int) -> int:
     """How many first calls of JIT modules a campaign of `workers` runs at once: its compile share of them, at least
     one."""
     return max(1, round(share * workers))
+
+
+# A cold campaign has nothing built in its first minutes, so builds get at least WARMUP_SHARE of the workers for
+# WARMUP_S; after that the campaign's own share (--compile-share, 0.2 by default) holds. Measured on an H100 with 0.3
+# throughout: first calls took 28-35 % of worker time after minute 2 (5 slots of 16 workers, nearly always busy), so
+# evaluation could not reach 70 % even with no harness time at all
+# (benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md).
+WARMUP_S = 120.0
+WARMUP_SHARE = 0.3
+
+
+def compile_slots_at(elapsed: float, share: float, workers: int) -> int:
+    """Compile slots `elapsed` seconds into a campaign whose compile share is `share`: the warm-up's share first."""
+    return compile_slots(share if elapsed >= WARMUP_S else max(share, WARMUP_SHARE), workers)

@@ -13,13 +13,13 @@ import math
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
-from .claims import built_by, built_modules, compile_slots
+from .claims import WARMUP_S, built_by, built_modules, compile_slots, compile_slots_at
 from .clock import WorkerClock
 from .progress import Progress
 from .scheduler import Scheduler
@@ -58,7 +58,8 @@ class CampaignConfig:
     compile_slices: bool = False  # see campaign.scheduler: more examples/s on JIT backends, fewer combinations early
     mps: bool = False  # run the workers under a CUDA MPS daemon (campaign/mps.py)
     cache_dir: str | None = None  # the JIT libraries' compile caches (campaign/caches.py); None: the default folder
-    compile_share: float = 0.3  # JIT first calls' share of the workers (campaign/claims.py); 1: compile where drawn
+    # JIT first calls' share of the workers after the warm-up (campaign.claims.compile_slots_at); 1: compile where drawn
+    compile_share: float = 0.2
 
 
 @dataclass
@@ -367,7 +368,9 @@ class Driver:
         ended = time.time()
         self.clock.close(ended)
         record = {"started": started, "ended": ended, "workers": self.plumbing.slots,
-                  "compile_slots": self.wcfg.compile_slots, "backends": self.scheduler.backlog.record(self.cfg.backends),
+                  "compile_slots": self.wcfg.compile_slots, "warmup_s": WARMUP_S,
+                  "compile_slots_after": compile_slots(self.cfg.compile_share, self.plumbing.slots),
+                  "backends": self.scheduler.backlog.record(self.cfg.backends),
                   "time": self.clock.spent, "startup_s": self.clock.startup_s}
         try:
             (Path(self.cfg.out) / "compile_draws.json").write_text(json.dumps(record, indent=1))
@@ -383,7 +386,7 @@ class Driver:
 
     def _loop(self, deadline: float | None, interrupted: dict) -> None:
         """Start the workers, then schedule and collect until the budget, the work or a signal ends it."""
-        grace_until = None
+        grace_until, started = None, time.time()
         for slot in range(self.plumbing.slots):
             self._start(slot)
         while True:
@@ -391,6 +394,7 @@ class Driver:
                 self._handle(event)
             self._check_hangs()
             now = time.time()
+            slots = self._compile_budget(now - started)
             if interrupted["signal"] is not None and grace_until is None:
                 self._stop_all()
                 grace_until = now + 3.0
@@ -403,12 +407,21 @@ class Driver:
                 for wid, task in self.scheduler.schedule():
                     if task.kind == TaskKind.SHRINK:
                         self.shrinking[wid] = task
+                    task = replace(task, slots=slots)
                     self.plumbing.assign(wid, task, self._task_deadline(task, deadline))
                     self.clock.assigned(wid, task.backend)
                 if self.scheduler.finished:
                     self._stop_all()
                     grace_until = now + 5.0
             self.progress.tick()
+
+    def _compile_budget(self, elapsed: float) -> int:
+        """The compile slots `elapsed` seconds in (campaign.claims.compile_slots_at): the scheduler's compile tasks and
+        every task's claims follow them."""
+        slots = compile_slots_at(elapsed, self.cfg.compile_share, self.plumbing.slots)
+        if self.scheduler.compile_slots:  # 0: first calls are not gated (--compile-slices, --compile-share 1)
+            self.scheduler.compile_slots = slots
+        return slots
 
     def _result(self, signum: int | None) -> CampaignResult:
         rows = read_rows(self.cfg.out)
@@ -450,7 +463,7 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
                         oracle_cpu_max=cfg.oracle_cpu_max if cfg.oracle_cpu_max is not None else ORACLE_CPU_MAX,
                         shrink_seconds=cfg.shrink_seconds, compile_slices=cfg.compile_slices,
                         cache_dir=str(cache_root(cfg.cache_dir)), compile_share=cfg.compile_share,
-                        compile_slots=compile_slots(cfg.compile_share, slots),
+                        compile_slots=compile_slots_at(0.0, cfg.compile_share, slots),
                         slots_dir=str(Path(cfg.out).resolve() / "logs" / "compile-slots"))
     if cfg.use_ray:
         from .ray_pool import RayPool

@@ -50,8 +50,9 @@ FOCUSED_PER_WHOLE = 2
 # whole-space shard: every declared key gets drawn (and queued for its build) for a few draws each, where whole-space
 # shards drew 36,789 prefill cases that waited or were dropped for 1,507 rows in ten minutes on an H100
 # (campaigns/jit-untold-h100-2026-11-26.md). Once every key has been drawn, a whole-space shard is due only while fewer
-# unbuilt keys wait than there are compile slots.
-TOUR_SIZE = 4
+# unbuilt keys wait than there are compile slots. Two draws, not four: with four, tours under TOUR_SHARE drew 1,843 of
+# fa4-varlen's 2,304 declared keys in ten minutes on an H100 (the tree of 0d16bb9 in the same file).
+TOUR_SIZE = 2
 # Tours take up to this share of a JIT backend's planned cases while declared keys are still undrawn, beside focused
 # shards too: a tour's four draws cost ~15 ms (key_limits draws only the key, and a tour skips the shard prefix that
 # cost ~1 s per key and worker), against tens of seconds of evaluation in a focused shard, and its cases wait for

@@ -42,13 +42,14 @@ class Task:
     # free compile slot, else its cases go back to wait (campaign.claims)
     needs_slot: bool = False
     tour: bool = False  # GENERATE: a few draws of a compile key nothing was drawn of (campaign.scheduler.TOUR_SIZE)
+    slots: int = 0  # the campaign's compile slots when the task went out (campaign.claims.compile_slots_at; 0: config)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind.value, "backend": self.backend, "shard": self.shard, "size": self.size,
                 "start": self.start, "target": self.target,
                 "signature": list(self.signature) if self.signature else None, "cases": list(self.cases),
                 "wheres": list(self.wheres), "key": self.key, "unit": self.unit, "built": list(self.built),
-                "needs_slot": self.needs_slot, "tour": self.tour}
+                "needs_slot": self.needs_slot, "tour": self.tour, "slots": self.slots}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Task":
@@ -57,7 +58,7 @@ class Task:
                    signature=tuple(d["signature"]) if d.get("signature") else None, cases=tuple(d.get("cases") or ()),
                    wheres=tuple(d.get("wheres") or ()), key=d.get("key", ""), unit=d.get("unit", ""),
                    built=tuple(d.get("built") or ()),
-                   needs_slot=bool(d.get("needs_slot")), tour=bool(d.get("tour")))
+                   needs_slot=bool(d.get("needs_slot")), tour=bool(d.get("tour")), slots=int(d.get("slots") or 0))
 
     @property
     def label(self) -> str:
@@ -89,8 +90,8 @@ class WorkerConfig:
     shrink_examples: int = 300  # shrink evaluations before the same
     compile_slices: bool = False  # JIT backends' shards draw from one compile slice each (campaign.scheduler)
     cache_dir: str | None = None  # the JIT libraries' compile caches (campaign.caches); None: not set here
-    compile_share: float = 0.3  # JIT builds' share of the workers (campaign.claims); 1: every case compiles where drawn
-    compile_slots: int = 1  # builds at once once a key is built: compile_share x the host's workers (campaign.claims)
+    compile_share: float = 0.2  # JIT builds' share of the workers (campaign.claims); 1: every case compiles where drawn
+    compile_slots: int = 1  # builds at once at the start: the warm-up share x the host's workers (campaign.claims)
     slots_dir: str | None = None  # the campaign's compile slot locks (campaign.claims); None: the cache folder's
 
     def to_dict(self) -> dict:

@@ -269,6 +269,7 @@ class Worker:
         exhausted = False
         started = time.perf_counter()
         self.spent = dict.fromkeys(SPENT, 0.0)
+        self.claims.slots = max(1, task.slots or self.config.compile_slots)  # the driver's budget as it stands now
         if task.kind == TaskKind.GENERATE:
             exhausted = self._generate(task, deadline)
         elif task.kind == TaskKind.SHRINK:
@@ -323,7 +324,7 @@ class Worker:
         row: dict = {}
         jobs = os.environ.get("MAX_JOBS")
         if claim.slot_fd is not None and jobs is not None:  # a slot's build may use the cores of the idle slots
-            os.environ["MAX_JOBS"] = str(max(int(jobs), cores() // self.config.compile_slots))
+            os.environ["MAX_JOBS"] = str(max(int(jobs), cores() // self.claims.slots))
         try:
             row, evaluation = self._evaluate(backend, case, where)
         finally:

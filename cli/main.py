@@ -271,11 +271,12 @@ def parser() -> argparse.ArgumentParser:
                    help="run the GPU workers under a CUDA MPS daemon (started and stopped with the campaign unless one "
                         "runs already): 1.03-1.26x the small-tier examples/s of 16 workers on an H100; while it runs, "
                         "other users' CUDA programs cannot use the GPU")
-    f.add_argument("--compile-share", type=float, default=0.3, metavar="SHARE",
+    f.add_argument("--compile-share", type=float, default=0.2, metavar="SHARE",
                    help="JIT backends: the share of the workers that may build modules at once (one build per compile "
                         "key on the machine); a case whose module is being built, or drawn while every build slot is "
-                        "busy, waits until its module exists, and the worker evaluates built ones "
-                        "(default 0.3; 1: compile every case where it is drawn)")
+                        "busy, waits until its module exists, and the worker evaluates built ones; in the first "
+                        "two minutes at least 0.3, as nothing is built yet (default 0.2; 1: compile every case where "
+                        "it is drawn)")
     f.add_argument("--cache-dir", metavar="DIR",
                    help="the JIT libraries' compile caches (Triton, inductor, FA4, FlashInfer), kept between campaigns "
                         "(default: $ATTNREF_CACHE_DIR, $XDG_CACHE_HOME/attnref or ~/.cache/attnref; see `attnref cache`)")

@@ -4,11 +4,13 @@
 # one device call. The checkout is copied to /tmp/jit-run/NAME first: every device call lays the working tree anew.
 #   PART=start NAME=flashinfer-cold CACHE=/tmp/jit-cache-fi SECS=600 BACKENDS="flashinfer-decode ..." bash tools/gpu-jit.sh
 #   PART=wait NAME=flashinfer-cold [UNTIL=590] bash tools/gpu-jit.sh   # waits for its end (at most UNTIL s), then collects
-# EXTRA_PATH=/tmp/vdeps for vLLM's backends driven whole (vllm-backend-*: its config code, tools/stage-vllm.sh).
+# EXTRA_PATH=/tmp/vdeps for vLLM's backends driven whole (vllm-backend-*: its config code, tools/stage-vllm.sh);
+# LIMITS='{"kv_cache_dtypes":["fp8_e4m3"]}' (no spaces) focuses a campaign that is not issue #35's untold one.
 # A warm run is the same command with another NAME and the same CACHE. Into $OUT: NAME.log (device, versions, the
 # campaign's live lines), NAME.md (benchmarks/jit_campaign.py, benchmarks/throughput.py), NAME-summary.md,
 # NAME-compile_keys.csv, NAME-compile_draws.json, NAME-rows.jsonl.xz (tools/analysis/first-calls.py reads it).
-# PART=until NAME=... waits for the end only, so the next campaign can start before this one's report.
+# PART=until NAME=... waits for the end only, so the next campaign can start before this one's report; PART=pack packs
+# the log and the results folder into $OUT/NAME.tar.xz for a report here.
 set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"; NAME=${NAME:?NAME}; RUN=/tmp/jit-run/$NAME; RES=/tmp/jit-res/$NAME
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
@@ -21,14 +23,22 @@ case ${PART:-start} in
     cp "$OUT/$NAME.log" "/tmp/jit-res/$NAME.log"
     args=""; for b in $BACKENDS; do args="$args --backend $b"; done
     # its own session, started from the top shell (as tools/gpu-bg.sh): the device keeps it between calls
-    setsid nohup env PYTHONPATH="$RUN:${PYTHONPATH:-}${EXTRA_PATH:+:$EXTRA_PATH}" bash -c "cd $RUN && exec timeout $((SECS + 240)) python3 -m cli \
-      fuzz $args --time $SECS --workers auto --no-replay --cache-dir $CACHE --out $RES" \
+    # GPU=N CPUS=a-b: one of several campaigns side by side, on its own GPU and cores (nvcc's jobs inherit them)
+    setsid nohup env PYTHONPATH="$RUN:${PYTHONPATH:-}${EXTRA_PATH:+:$EXTRA_PATH}" ${GPU:+CUDA_VISIBLE_DEVICES=$GPU} \
+      ${CPUS:+taskset -c $CPUS} bash -c "cd $RUN && exec timeout $((SECS + 240)) python3 -m cli \
+      fuzz $args ${LIMITS:+--limits '$LIMITS'} --time $SECS --workers auto --no-replay --cache-dir $CACHE --out $RES" \
       >> "/tmp/jit-res/$NAME.log" 2>&1 < /dev/null &
     echo $! > "/tmp/jit-res/$NAME.pid"
     sleep 40; ps -o pid,etime,cmd -p "$(cat /tmp/jit-res/$NAME.pid)" | cut -c1-120; tail -3 "/tmp/jit-res/$NAME.log" ;;
   until)  # only waits for the campaign's end (at most UNTIL s): the next campaign may start before this one's report
     pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
     while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 2; done ;;
+  pack)  # the raw results alone, one file per campaign ($OUT takes 8): benchmarks/jit_campaign.py runs anywhere on them
+    pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
+    while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 2; done
+    kill -0 "$pid" 2> /dev/null && echo "$NAME still running"
+    tar cJf "$OUT/$NAME.tar.xz" -C /tmp/jit-res --exclude="$NAME/logs/compile-slots" "$NAME.log" "$NAME"
+    ls -la "$OUT/$NAME.tar.xz"; tail -2 "/tmp/jit-res/$NAME.log" ;;
   wait)
     pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
     while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 5; done

@@ -5,8 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
-from campaign.claims import CompileClaims, built_keys, built_modules, compile_slots
+from campaign.claims import WARMUP_S, CompileClaims, built_keys, built_modules, compile_slots, compile_slots_at
 
 KEY = '["bfloat16", 128]'
 
@@ -85,6 +86,45 @@ def test_a_compile_task_waits_out_another_build_of_its_key(tmp_path):
 
 def test_slots_are_the_compile_share_of_the_workers():
     assert compile_slots(0.3, 16) == 5 and compile_slots(0.3, 2) == 1 and compile_slots(1.0, 8) == 8
+
+
+def test_the_warm_up_builds_with_more_slots_than_the_campaign_s_share():
+    """Nothing is built in a cold campaign's first minutes: 5 of 16 workers may build then, 3 (the default 0.2) after;
+    a larger share holds throughout."""
+    assert compile_slots_at(0.0, 0.2, 16) == compile_slots_at(WARMUP_S - 1, 0.2, 16) == 5
+    assert compile_slots_at(WARMUP_S, 0.2, 16) == 3
+    assert compile_slots_at(0.0, 0.5, 16) == compile_slots_at(WARMUP_S, 0.5, 16) == 8
+
+
+def test_a_task_s_slots_bound_the_worker_s_first_calls(tmp_path, monkeypatch):
+    """The driver stamps each task with the slots of the moment (campaign.engine): a worker started with two slots
+    builds in the second one while the first is busy, but not once the budget has fallen to one; its case goes back to
+    wait instead."""
+    from backends.registry import get
+    from campaign.compiles import key_text
+    from campaign.tasks import Task, TaskKind, WorkerConfig
+    from campaign.worker import Worker
+    from fuzz.strategies import Limits, compile_key
+    from tests.repro_scripts import drawn_cases
+
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    spec = ("tests.campaign.fake_jit:backends",)
+    backend = get("test-fake-jit", specs=spec)
+    case = drawn_cases(backend.caps, Limits(max_sequences=2, max_context=16, max_query=4), 1)[0]
+    sent: list[dict] = []
+    worker = Worker(WorkerConfig(specs=spec, cache_dir=str(tmp_path / "cache"), compile_slots=2,
+                                 slots_dir=str(tmp_path / "slots")), send=sent.append)
+    busy = worker.claims.slot_only()  # another worker's build holds the first slot
+    key = key_text(compile_key(case, backend.compiled_per, backend.compiled_features))
+    task = Task(TaskKind.DEFERRED, backend.name, key=key, cases=(case.to_json(),),
+                wheres=({"shard": 1, "index": 1, "shard_size": 1},), needs_slot=True, slots=1)
+    worker.run(task)
+    assert [m["type"] for m in sent] == ["deferred", "done"] and sent[0]["returned"]
+    sent.clear()
+    worker.run(replace(task, slots=2))
+    rows = [m["row"] for m in sent if m["type"] == "row"]
+    assert [r["verdict"] for r in rows] == ["pass"] and rows[0]["first_of_key"]
+    busy.done(built=False)
 
 
 def test_a_finer_variant_of_a_built_key_is_a_module_of_its_own(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -17,6 +18,8 @@ from campaign.tasks import TaskKind
 from campaign.worker import SPENT
 from benchmarks.jit_campaign import task_time
 from tests.campaign.fake_jit import COMPILE_S, VARIANT_COMPILE_S
+
+SPEC = ("tests.campaign.fake_jit:backends",)
 
 
 def test_built_keys_go_first_and_unbuilt_ones_only_once_generation_is_over():
@@ -105,6 +108,38 @@ def test_a_compile_task_runs_beside_generation_in_each_free_slot():
     s.first_call_done()
     s.task_done(wid)
     assert [(t.kind, t.needs_slot) for _, t in s.schedule()] == [(TaskKind.DEFERRED, True)]
+
+
+def test_after_the_warm_up_fewer_compile_tasks_go_out_and_every_task_carries_the_slots(tmp_path):
+    """The driver's compile budget (campaign.claims.compile_slots_at): 16 workers at the default share build in 5 slots
+    (4 compile tasks beside generation, one slot kept for loads) during the warm-up and in 3 (2 compile tasks) after;
+    each task carries the slots of its moment, which bound its worker's first calls."""
+    from campaign.claims import WARMUP_S
+    from campaign.engine import Driver
+    from campaign.tasks import WorkerConfig
+
+    class Plumbing:  # records assignments; no process starts
+        slots = 16
+
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], seconds=600, specs=SPEC, progress=False)
+    driver = Driver(cfg, Plumbing(), WorkerConfig(compile_slots=5, specs=SPEC))
+    s = driver.scheduler
+    for wid in range(16):
+        s.add_worker(wid)
+    for n in range(12):
+        s.defer("test-fake-jit", f"k{n}", f"case-{n}", {"shard": 0, "index": n + 1, "shard_size": 100})
+
+    def compile_tasks(elapsed):
+        slots = driver._compile_budget(elapsed)
+        out = [replace(t, slots=slots) for _, t in s.schedule()]
+        assert {t.slots for t in out} == {slots}
+        busy = [t for t in out if t.kind == TaskKind.DEFERRED and t.needs_slot]
+        for wid in list(s.running):
+            s.task_done(wid)
+        return len(busy), slots
+
+    assert compile_tasks(0.0) == (4, 5)
+    assert compile_tasks(WARMUP_S) == (2, 3)
 
 
 def test_waiting_cases_follow_their_module_and_given_back_ones_wait_for_a_first_call():
