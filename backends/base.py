@@ -311,8 +311,7 @@ class Backend:
 
     # A first call of a module some process on the host built only loads it into this worker's process, on the core
     # the worker already holds (no compiler fanning out beyond it): it needs no compile slot, only a build does
-    # (campaign.claims). Not FlashInfer's: a "load" of a module built elsewhere sometimes ran its nvcc build again
-    # (163-230 s, benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md).
+    # (campaign.claims). FA4's and FlashInfer's declare it (benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md).
     loads_in_process: bool = False
 
     def jit_variant(self, case: Case) -> tuple | None:

@@ -100,9 +100,16 @@ def paged_kv(inputs: Inputs):
     return (t[0], t[1])
 
 
+# A first call of a module another worker built loads its .so: 97 such loads in two untold 10-minute campaigns on an
+# H200 took 0.41 s at most (builds 21-235 s), so they take no compile slot (Backend.loads_in_process). Held to the
+# slots, a worker without the module deferred its cases instead (campaigns/jit-untold-h100-2026-11-26.md).
+LOADS_IN_PROCESS = True
+
+
 class FlashInfer(Backend):
     library = "flashinfer"
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # an nvcc JIT module per combination
+    loads_in_process = LOADS_IN_PROCESS
     compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)  # posenc, swa, logits cap
 
     def __init__(self, name: str, kind: str, option: str) -> None:
@@ -253,6 +260,7 @@ class FlashInferCascade(Backend):
     # keys its first calls met the plain example timeout: 8 of 8 timed out at 240 s on an H100)
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")
     compiled_features = (Feature.SOFT_CAP,)
+    loads_in_process = LOADS_IN_PROCESS
     caps = Capabilities(
         devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}), head_sizes=(64, 128),
         attn_types=frozenset({AttentionType.DECODER}),

@@ -10,8 +10,9 @@ folder:
   defers the case instead of waiting for the same build;
 - a built marker per key, written once the key's first call returned: any worker of the host (and a later campaign
   over the same cache) knows the module exists without a round trip through the driver;
-- compile slots, `share x workers` of them per campaign: a build, and a load of a built key into a process that has
-  not run it, holds one, so first calls take at most that share of the workers. Measured on an H100
+- compile slots, `share x workers` of them per campaign (a larger share in its first minutes: compile_slots_at): a
+  build, and a load of a built key into a process that has not run it (unless the backend loads in process), holds
+  one, so first calls take at most that share of the workers. Measured on an H100
   (benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md): letting each worker build one key per backend before
   any was built kept 14-15 long FlashInfer first calls (builds of 5-400 s) running at once in the first minutes, and
   700 of FA4's 1,000 first calls took 2-5 s each (most of them new variants within a key: Backend.jit_variant).

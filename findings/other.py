@@ -116,7 +116,8 @@ OPEN = (
           "tools/gpu-campaign.sh): 6 timeouts, 5 of them bfloat16 batches of new keys at 379-967 s, while nvcc ran "
           "20-60 builds; not yet told apart from a build slower than the timeout. Two later e4m3 campaigns of the "
           "layer (400 s and 300 s, 14,251 rows, 15 keys built while nvcc ran 24-52 processes) had none "
-          "(vllm/layers-flex-flashinfer-fp8-h200-2026-11-26.md).",
+          "(vllm/layers-flex-flashinfer-fp8-h200-2026-11-26.md), nor a third (632 s, 17,959 rows, 14 modules built; "
+          "campaigns/jit-untold-side-by-side-h200-2026-11-26.md), which drew no multi-token prefill.",
           ("vllm-layer-flashinfer-timeout-prefill-after-decodes.json", "vllm-backend-flashinfer-timeout-mixed.json"),
           FI_SM90, device="H200",
           moved=(("vllm-layer-flashinfer-timeout-prefill-after-decodes.json",

@@ -78,7 +78,7 @@ def failure_figures(tensors: dict, row: dict, case=None) -> dict[str, str]:
     if exp is None or act is None or tuple(exp.shape) != tuple(act.shape) or exp.numel() == 0:
         return out
     err = (act.double() - exp.double()).abs().amax(-1)  # [tokens, heads]
-    err = torch.nan_to_num(err, nan=float("inf"))
+    err = torch.nan_to_num(err, nan=float("inf"), posinf=float("inf"))  # not the dtype's max: it would be "finite"
     finite_max = float(err[torch.isfinite(err)].max()) if torch.isfinite(err).any() else 1.0
     shown = torch.where(torch.isfinite(err), err, torch.full_like(err, finite_max * 1.5 + 1e-12))
     starts = tensors["query_start_loc"].tolist()

@@ -45,6 +45,15 @@ def _repro(case, backend: str | None) -> str:
         return f"# no repro script: the template failed ({type(e).__name__}: {e}); replay the case with attnref"
 
 
+def _figures(tensors: dict, row: dict, case) -> dict[str, str]:
+    """The page's figures; one matplotlib cannot draw leaves the page its tables and says why (the report is built
+    whatever a kernel wrote into its output)."""
+    try:
+        return failure_figures(tensors, row, case)
+    except Exception as e:  # noqa: BLE001 - any drawing failure
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def case_pages(results: Path) -> list[dict]:
     """The page data of every case file in results/cases (tensors from its .pt, loaded weights-only)."""
     import torch
@@ -72,7 +81,7 @@ def case_pages(results: Path) -> list[dict]:
             symptoms=row.get("symptoms") or [], sanitizer=payload.get("sanitizer") or {},
             case_fields=_flatten(payload.get("case", {})), case_json=json.dumps(payload.get("case", {}), indent=1),
             metrics={k: row[k] for k in METRICS if k in row},
-            figures=failure_figures(tensors, row, case) if tensors else {},
+            figures=_figures(tensors, row, case) if tensors else {},
             worst=worst_elements(tensors) if tensors else [], lse=lse_table(tensors) if tensors else [],
             repro=_repro(case, payload.get("backend")), traceback=row.get("traceback", "")))
     return pages

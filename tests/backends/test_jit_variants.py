@@ -42,6 +42,16 @@ def test_fa4_variant_is_the_mask_its_interface_resolves(case):
     assert fa4.jit_variant(spelled(causal, spellings.NONE)) != none
 
 
+@settings(max_examples=20, deadline=None)
+@given(kernel_cases("fa4-paged"))
+def test_fa4_builds_a_variant_per_soft_cap_value(case):
+    """FA4's compile key hashes the soft-cap closure with its captured cap: each value is a build of its own, and an
+    uncapped case is not a cap of 0 spelled otherwise."""
+    fa4 = get("fa4-paged")
+    capped = {fa4.jit_variant(case.replace(soft_cap=cap)) for cap in (2.0, 30.0)}
+    assert len(capped) == 2 and fa4.jit_variant(case.replace(soft_cap=None)) not in capped
+
+
 @settings(max_examples=40, deadline=None)
 @given(kernel_cases("flashinfer-prefill-fa2"))
 def test_flashinfer_variant_follows_the_spelled_window_left(case):

@@ -194,6 +194,26 @@ def test_tours_draw_each_declared_key_once_then_the_whole_space_while_few_keys_w
     assert [k for k, _ in next_shards(3)] == ["k1", "k1", "k1"]  # a key waits for the one slot: no more draws
 
 
+def test_a_worker_with_no_key_loaded_draws_a_built_key_while_builds_are_queued():
+    """Whole-space draws mostly wait when few keys are built: a worker that has none of the backend's keys loaded
+    starts on a built one instead, the least focused, while at least a slot's worth of unbuilt modules wait; with
+    fewer waiting, the whole space again (it finds the keys to build next)."""
+    s = Scheduler(["jit"], examples=None, shard_size=50, declared={"jit": ["k1", "k2"]}, compile_slots=1)
+    for key in ("k1", "k2"):
+        s.key_drawn("jit", key)
+    s.key_built("jit", "k2", wid=7)  # built by another worker
+    s.add_worker(0)
+    (_, warmup), = s.schedule()
+    s.example_done("jit", warmup.shard, warmup.size)
+    s.task_done(0)
+    s.defer("jit", "k1", "case", {"shard": 1, "index": 1, "shard_size": 50}, returned=True)  # waits, slots busy
+    (_, task), = s.schedule()
+    assert task.kind == TaskKind.GENERATE and task.key == "k2" and not task.tour
+    s.task_done(0)
+    s.key_built("jit", "k1", wid=7)  # nothing waits unbuilt now
+    assert s._focus("jit", 0) == ("", False)
+
+
 def test_tours_take_their_share_of_the_cases_beside_focused_shards_while_keys_are_undrawn():
     """With a key loaded, tours still go out while they are under TOUR_SHARE of the planned cases: one tour per two
     focused shards drew 78 of 1,536 vLLM keys in ten minutes (campaigns/jit-untold-h100-2026-11-26.md)."""

@@ -55,6 +55,30 @@ def test_a_row_without_summary_fields_does_not_stop_the_report(tmp_path):
     assert build_report(tmp_path)["index"].exists()
 
 
+def test_an_output_with_infinities_gets_its_figures():
+    """A float16 kernel output that overflowed to inf stopped the report with matplotlib's OverflowError (an FA4
+    case on an H200): the heatmap took inf for the largest float64, a finite error, so its colour scale had no end."""
+    from reports.figures import failure_figures
+
+    actual = torch.ones(2, 2, 4, dtype=torch.float16)
+    actual[1, 0] = torch.tensor([-497.0, float("inf"), 311.0, -773.5])
+    figures = failure_figures({"expected_output": torch.zeros(2, 2, 4), "actual_output": actual,
+                               "query_start_loc": torch.tensor([0, 2])}, {"worst_token_flat": 1, "worst_head": 0})
+    assert {"heatmap", "worst_row"} <= set(figures)
+
+
+def test_a_figure_that_cannot_be_drawn_leaves_its_page_and_says_why(tmp_path, monkeypatch):
+    from reports import pages
+
+    def fails(*args):
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(pages, "failure_figures", fails)
+    _synthetic(tmp_path)
+    page = (build_report(tmp_path)["index"].parent / "b0-abc.html").read_text()
+    assert "figures not drawn: OverflowError: cannot convert float infinity to integer" in page
+
+
 def test_probe_rows_show_in_the_report_latest_run_wins(tmp_path):
     _synthetic(tmp_path)
     rows = [dict(backend="b0", probe="lse_base", question="q", verdict="convention", detail=f"base 2 {MARKUP}"),
