@@ -311,7 +311,8 @@ class Backend:
 
     # A first call of a module some process on the host built only loads it into this worker's process, on the core
     # the worker already holds (no compiler fanning out beyond it): it needs no compile slot, only a build does
-    # (campaign.claims). FA4's and FlashInfer's declare it (benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md).
+    # (campaign.claims). FA4's and FlashInfer's declare it (their modules load in 2-5 s and under 0.5 s: benchmarks/
+    # results/campaigns/jit-untold-h100-2026-11-26.md, jit-untold-side-by-side-h200-2026-11-26.md).
     loads_in_process: bool = False
 
     def jit_variant(self, case: Case) -> tuple | None:

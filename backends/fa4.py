@@ -65,7 +65,7 @@ def _variant(case) -> tuple:
     only its presence: the cap is a constant of the score_mod closure (`create_softcap_scoremod`), and the compile key
     holds `hash_callable(score_mod)`, which hashes the captured values. Without it, 455 of the 590 calls past a built
     variant that took over 0.5 s (about 6 s each, outside the compile slots) were soft-capped, in an untold 10-minute
-    campaign on an H200 (campaigns/jit-untold-h100-2026-11-26.md)."""
+    campaign on an H200 (campaigns/jit-untold-side-by-side-h200-2026-11-26.md)."""
     return (case.dtype, case.head_size, case.value_size, case.attn_type, _mask_kind(case),
             case.soft_cap, case.sinks is not None, case.num_heads // case.num_kv_heads,
             case.cache.block_size if case.cache is not None else None)

@@ -102,15 +102,15 @@ def paged_kv(inputs: Inputs):
 
 # A first call of a module another worker built loads its .so: 97 such loads in two untold 10-minute campaigns on an
 # H200 took 0.41 s at most (builds 21-235 s), so they take no compile slot (Backend.loads_in_process). Held to the
-# slots, a worker without the module deferred its cases instead (campaigns/jit-untold-h100-2026-11-26.md).
+# slots, a worker without the module deferred its cases instead (campaigns/jit-untold-side-by-side-h200-2026-11-26.md).
 LOADS_IN_PROCESS = True
 
 
 class FlashInfer(Backend):
     library = "flashinfer"
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # an nvcc JIT module per combination
-    loads_in_process = LOADS_IN_PROCESS
     compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)  # posenc, swa, logits cap
+    loads_in_process = LOADS_IN_PROCESS
 
     def __init__(self, name: str, kind: str, option: str) -> None:
         self.name, self.kind, self.option = name, kind, option

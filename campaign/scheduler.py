@@ -54,7 +54,7 @@ FOCUSED_PER_WHOLE = 2
 # fa4-varlen's 2,304 declared keys in ten minutes on an H100 (the tree of 0d16bb9 in the same file).
 TOUR_SIZE = 2
 # Tours take up to this share of a JIT backend's planned cases while declared keys are still undrawn, beside focused
-# shards too: a tour's four draws cost ~15 ms (key_limits draws only the key, and a tour skips the shard prefix that
+# shards too: a tour's draws cost ~15 ms (key_limits draws only the key, and a tour skips the shard prefix that
 # cost ~1 s per key and worker), against tens of seconds of evaluation in a focused shard, and its cases wait for
 # builds the compile slots bound. One tour per two focused shards drew 78 of vLLM's 1,536 unified-attention keys and
 # 95 of FA4's 2,304 in ten minutes on an H100 (campaigns/jit-untold-h100-2026-11-26.md).
@@ -353,7 +353,7 @@ class Scheduler:
         shard; else a tour; else the whole space ("") while fewer unbuilt modules wait than there are compile slots, a
         loaded key otherwise (a built one for a worker with none loaded). Whole-space shards of workers with nothing
         loaded drew 65-85 % of FlashInfer's 50,000-62,000 deferred draws per backend in ten minutes on an H200, most
-        of them dropped (campaigns/jit-untold-h100-2026-11-26.md)."""
+        of them dropped (campaigns/jit-untold-side-by-side-h200-2026-11-26.md)."""
         mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
         shards = [s for j, s in self.shards[backend].items() if j > 0]
         toured = {s.key for s in shards if s.tour}  # once each: a key the focus filter cannot draw stays undrawn
