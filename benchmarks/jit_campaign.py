@@ -9,8 +9,9 @@ workers, and the keys whose drawn cases were deferred, rows or not).
 - rows/s: generated rows of the backend over the whole campaign (start to end, compiles included);
 - keys: declared (declarations.json), drawn (a row or a deferred case), built (a row whose first call returned);
 - after --after seconds, over workers x the rest of the campaign: JIT compile (rows' compile_s: first calls of a key
-  in a process), evaluation (materialize, oracle, kernel, compare: the rest of the rows' time), and the remainder
-  (hypothesis drawing, also the cases it deferred; messages; idle).
+  in a process), evaluation (materialize, oracle, kernel, compare: the rest of the rows' time; the share of it in
+  kernel calls over SLOW_CALL_S that were no first call, builds the variant does not name, printed beside), and the
+  remainder (hypothesis drawing, also the cases it deferred; messages; idle).
 """
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ from campaign.worker import SPENT  # noqa: E402
 from fuzz.verdicts import Verdict  # noqa: E402
 
 BUSY = ("materialize_s", "oracle_s", "kernel_s", "compare_s")  # a row's time; compile_s is part of kernel_s
+# A kernel call past its module's first call that takes this long is a build the backend's variant does not name:
+# FA4's per soft-cap value and vLLM Triton's per shape took 1-9 s each, FA4's other calls 1-2 ms at the median
+# (results/campaigns/jit-untold-side-by-side-h200-2026-11-26.md).
+SLOW_CALL_S = 0.5
 NO_BUILD = ("crash", "unsupported")
 
 
@@ -64,7 +69,7 @@ def worker_time(rows: list[dict], record: dict, after: float) -> dict:
     """Shares of workers x (end - start - after) spent compiling and evaluating, rows clipped to the window."""
     lo, hi = record["started"] + after, record["ended"]
     total = record["workers"] * max(hi - lo, 1e-9)
-    compile_s = evaluate_s = 0.0
+    compile_s = evaluate_s = slow_s = 0.0
     for r in rows:
         if r.get("t") is None or r.get("phase") not in ("generate", "shrink", "replay"):
             continue
@@ -75,7 +80,9 @@ def worker_time(rows: list[dict], record: dict, after: float) -> dict:
         compiled = min(r.get("compile_s") or 0.0, busy)
         compile_s += compiled * inside
         evaluate_s += (busy - compiled) * inside
-    return dict(compile=100 * compile_s / total, evaluation=100 * evaluate_s / total,
+        if not compiled and (r.get("kernel_s") or 0.0) > SLOW_CALL_S:
+            slow_s += r["kernel_s"] * inside
+    return dict(compile=100 * compile_s / total, evaluation=100 * evaluate_s / total, slow=100 * slow_s / total,
                 rest=100 * (1 - (compile_s + evaluate_s) / total))
 
 
@@ -125,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {t['backend']} | {t['rows']} | {t['rate']:.1f} | {t['declared']} | {t['drawn']} | {t['built']} | "
               f"{t['waiting']} | {t['dropped']} | {t['failures']} | {' '.join(map(str, t['per_minute']))} |")
     w = worker_time(rows, record, a.after)
-    print(f"\nworker time after {a.after:.0f} s: JIT compile {w['compile']:.0f} %, evaluation {w['evaluation']:.0f} %, "
-          f"drawing / deferring / idle {w['rest']:.0f} %")
+    print(f"\nworker time after {a.after:.0f} s: JIT compile {w['compile']:.0f} %, evaluation {w['evaluation']:.0f} % "
+          f"({w['slow']:.0f} points of it in kernel calls over {SLOW_CALL_S} s past a first call: builds the variant does "
+          f"not name), drawing / deferring / idle {w['rest']:.0f} %")
     shares = task_time(record)
     if shares:
         heads = [k for k in shares[0] if k not in ("backend", "tasks", "waiting-case tasks")]

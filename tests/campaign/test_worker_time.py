@@ -1,0 +1,15 @@
+"""benchmarks/jit_campaign.py's split of worker time after the first minutes (issue #35's measure)."""
+from __future__ import annotations
+
+from benchmarks.jit_campaign import SLOW_CALL_S, worker_time
+
+
+def test_the_worker_time_split_names_slow_calls_past_a_first_call():
+    """benchmarks/jit_campaign.py: a kernel call over SLOW_CALL_S that was no first call is a build the backend's
+    variant does not name (FA4's per soft-cap value, 1-9 s); it stays in evaluation and is printed beside it."""
+    record = {"started": 0.0, "ended": 10.0, "workers": 1}
+    rows = [{"phase": "generate", "t": 3.0, "kernel_s": 2.0, "compile_s": 2.0},  # a first call: compile
+            {"phase": "generate", "t": 6.0, "kernel_s": 3 * SLOW_CALL_S, "compile_s": None},  # a build past it
+            {"phase": "generate", "t": 7.0, "kernel_s": 0.001, "oracle_s": 0.999}]  # evaluation
+    w = worker_time(rows, record, after=0.0)
+    assert (round(w["compile"]), round(w["evaluation"]), round(w["slow"], 1)) == (20, 25, 15.0)
