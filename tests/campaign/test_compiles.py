@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -110,19 +109,15 @@ def test_a_compile_task_runs_beside_generation_in_each_free_slot():
     assert [(t.kind, t.needs_slot) for _, t in s.schedule()] == [(TaskKind.DEFERRED, True)]
 
 
-def test_after_the_warm_up_fewer_compile_tasks_go_out_and_every_task_carries_the_slots(tmp_path):
+def test_after_the_warm_up_fewer_compile_tasks_go_out(tmp_path):
     """The driver's compile budget (campaign.claims.compile_slots_at): 16 workers at the default share build in 5 slots
-    (4 compile tasks beside generation, one slot kept for loads) during the warm-up and in 3 (2 compile tasks) after;
-    each task carries the slots of its moment, which bound its worker's first calls."""
+    (4 compile tasks beside generation, one slot kept for loads) during the warm-up and in 3 (2 compile tasks) after."""
     from campaign.claims import WARMUP_S
     from campaign.engine import Driver
     from campaign.tasks import WorkerConfig
 
-    class Plumbing:  # records assignments; no process starts
-        slots = 16
-
     cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], seconds=600, specs=SPEC, progress=False)
-    driver = Driver(cfg, Plumbing(), WorkerConfig(compile_slots=5, specs=SPEC))
+    driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=5, specs=SPEC))
     s = driver.scheduler
     for wid in range(16):
         s.add_worker(wid)
@@ -131,15 +126,55 @@ def test_after_the_warm_up_fewer_compile_tasks_go_out_and_every_task_carries_the
 
     def compile_tasks(elapsed):
         slots = driver._compile_budget(elapsed)
-        out = [replace(t, slots=slots) for _, t in s.schedule()]
-        assert {t.slots for t in out} == {slots}
-        busy = [t for t in out if t.kind == TaskKind.DEFERRED and t.needs_slot]
+        busy = [t for _, t in s.schedule() if t.kind == TaskKind.DEFERRED and t.needs_slot]
         for wid in list(s.running):
             s.task_done(wid)
         return len(busy), slots
 
     assert compile_tasks(0.0) == (4, 5)
     assert compile_tasks(WARMUP_S) == (2, 3)
+
+
+class _Pool:
+    """16 worker slots that start no process: each is ready at once, and the tasks handed out are kept."""
+
+    slots = 16
+
+    def __init__(self) -> None:
+        self.assigned, self.started = [], []
+
+    def start(self, wid, slot):
+        self.started.append(wid)
+
+    def assign(self, wid, task, deadline):
+        self.assigned.append(task)
+
+    def poll(self, timeout):
+        ready, self.started = [("msg", wid, {"type": "ready"}) for wid in self.started], []
+        return ready
+
+    def stop(self, wid): ...
+    def kill(self, wid): ...
+    def close(self): ...
+
+
+@pytest.mark.parametrize("warmup_s, slots", [(600.0, 5), (0.0, 3)])
+def test_each_task_goes_out_with_the_slots_of_its_moment(tmp_path, monkeypatch, warmup_s, slots):
+    """The driver stamps every task it hands out with the compile slots of that moment, which bound its worker's first
+    calls (test_claims: test_a_task_s_slots_bound_the_worker_s_first_calls)."""
+    import time
+
+    from campaign import claims
+    from campaign.engine import Driver
+    from campaign.tasks import WorkerConfig
+
+    monkeypatch.setattr(claims, "WARMUP_S", warmup_s)
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], seconds=600, specs=SPEC, progress=False,
+                         example_timeout=0.2)
+    pool = _Pool()
+    driver = Driver(cfg, pool, WorkerConfig(compile_slots=5, specs=SPEC))
+    driver._loop(time.time() + 0.5, {"signal": None})
+    assert len(pool.assigned) == 16 and {t.slots for t in pool.assigned} == {slots}
 
 
 def test_waiting_cases_follow_their_module_and_given_back_ones_wait_for_a_first_call():
