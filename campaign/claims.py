@@ -173,11 +173,6 @@ def built_modules(keys_root: str | os.PathLike, backend: str) -> set[tuple[str, 
     return out
 
 
-def built_keys(keys_root: str | os.PathLike, backend: str) -> set[str]:
-    """Every compile key of `backend` some process over this cache built, or built a variant of."""
-    return {key for key, _ in built_modules(keys_root, backend)}
-
-
 def compile_slots(share: float, workers: int) -> int:
     """How many first calls of JIT modules a campaign of `workers` runs at once: its compile share of them, at least
     one."""

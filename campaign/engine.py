@@ -19,7 +19,7 @@ from typing import Protocol
 
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
-from .claims import WARMUP_S, built_by, built_modules, compile_slots, compile_slots_at
+from .claims import WARMUP_S, built_by, built_modules, compile_slots_at
 from .clock import WorkerClock
 from .progress import Progress
 from .scheduler import Scheduler
@@ -369,7 +369,7 @@ class Driver:
         self.clock.close(ended)
         record = {"started": started, "ended": ended, "workers": self.plumbing.slots,
                   "compile_slots": self.wcfg.compile_slots, "warmup_s": WARMUP_S,
-                  "compile_slots_after": compile_slots(self.cfg.compile_share, self.plumbing.slots),
+                  "compile_slots_after": compile_slots_at(WARMUP_S, self.cfg.compile_share, self.plumbing.slots),
                   "backends": self.scheduler.backlog.record(self.cfg.backends),
                   "time": self.clock.spent, "startup_s": self.clock.startup_s}
         try:

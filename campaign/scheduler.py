@@ -362,17 +362,20 @@ class Scheduler:
         if undrawn and (not mine or sum(s.size for s in shards if s.tour) < TOUR_SHARE * planned):
             return undrawn[0], True
         focused = [s.key for s in shards if s.key and not s.tour]
-        least_focused = min(mine, key=lambda k: (focused.count(k), k)) if mine else ""
+
+        def least_focused(keys: list[str]) -> str:
+            return min(keys, key=lambda k: (focused.count(k), k))
+
         if mine and len(focused) < FOCUSED_PER_WHOLE * (len(shards) - len(focused) + 1):
-            return least_focused, False
+            return least_focused(mine), False
         if undrawn:
             return undrawn[0], True
         if self.backlog.unbuilt_modules(backend) >= max(1, self.compile_slots):
             if mine:
-                return least_focused, False
+                return least_focused(mine), False
             built = sorted(self.backlog.built_keys[backend]) if self.compile_slots else []  # gated first calls only
             if built:  # a worker with none of them loaded: a built key, not whole-space draws that mostly wait
-                return min(built, key=lambda k: (focused.count(k), k)), False
+                return least_focused(built), False
         return "", False
 
     def focus_of(self, backend: str, shard: int) -> tuple[str, bool]:

@@ -15,6 +15,10 @@ set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"; NAME=${NAME:?NAME}; RUN=/tmp/jit-run/$NAME; RES=/tmp/jit-res/$NAME
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
 export PYTHONUNBUFFERED=1
+wait_end() {  # until the campaign NAME has ended, at most UNTIL s; its pid in $pid
+  pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
+  while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 2; done
+}
 case ${PART:-start} in
   start)
     rm -rf "$RUN" "$RES"; mkdir -p "$RUN" /tmp/jit-res
@@ -31,17 +35,14 @@ case ${PART:-start} in
     echo $! > "/tmp/jit-res/$NAME.pid"
     sleep 40; ps -o pid,etime,cmd -p "$(cat /tmp/jit-res/$NAME.pid)" | cut -c1-120; tail -3 "/tmp/jit-res/$NAME.log" ;;
   until)  # only waits for the campaign's end (at most UNTIL s): the next campaign may start before this one's report
-    pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
-    while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 2; done ;;
+    wait_end ;;
   pack)  # the raw results alone, one file per campaign ($OUT takes 8): benchmarks/jit_campaign.py runs anywhere on them
-    pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
-    while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 2; done
+    wait_end
     kill -0 "$pid" 2> /dev/null && echo "$NAME still running"
     tar cJf "$OUT/$NAME.tar.xz" -C /tmp/jit-res --exclude="$NAME/logs/compile-slots" "$NAME.log" "$NAME"
     ls -la "$OUT/$NAME.tar.xz"; tail -2 "/tmp/jit-res/$NAME.log" ;;
   wait)
-    pid=$(cat "/tmp/jit-res/$NAME.pid"); end=$((SECONDS + ${UNTIL:-590}))
-    while kill -0 "$pid" 2> /dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+    wait_end
     cp "/tmp/jit-res/$NAME.log" "$OUT/$NAME.log"
     if kill -0 "$pid" 2> /dev/null; then echo "still running"; tail -3 "$OUT/$NAME.log"; exit 0; fi
     cd "$RUN" && export PYTHONPATH=$RUN:${PYTHONPATH:-}
