@@ -42,6 +42,7 @@ from . import spellings
 from .vllm_batch import common_metadata, from_runner_order, in_runner_order, runner_order
 from .vllm_layers_repro import cascade_prefix, whole
 from .base import PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
+from .flashinfer import LOADS_IN_PROCESS as FLASHINFER_LOADS_IN_PROCESS
 
 F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
 LAYER = "model.layers.0.self_attn.attn"
@@ -398,7 +399,7 @@ class _FlashInferLayer(LayerBackend):
     reorder_threshold = 1
     impl_quantizes_query = True  # its prefills' query (maybe_quant_query), on sm90
     jit_module_space = "vllm-flashinfer"  # the layer and the whole backend build the same modules
-    loads_in_process = True  # FlashInfer's modules: a load of one built elsewhere is under 0.5 s (backends.flashinfer)
+    loads_in_process = FLASHINFER_LOADS_IN_PROCESS  # FlashInfer's own modules (backends.flashinfer)
 
     def jit_variant(self, case) -> tuple:
         """The FlashInfer modules the builder plans, each built on its first use: the compile key's fields, and whether
