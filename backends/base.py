@@ -291,6 +291,11 @@ class Unsupported(Exception):
     """Raised by run() when the library itself refuses a case the declaration admitted."""
 
 
+# What Backend.jit_shape_per may name (fields of fuzz.strategies.Limits): (num_heads, num_kv_heads), the paged cache's
+# block size, the sliding window's W, the soft-cap's value, the attention type
+JIT_SHAPE_FIELDS = ("heads", "block_sizes", "windows", "soft_caps", "attn_types")
+
+
 class Backend:
     """Base class: subclasses set name, library, caps; implement run(); may add quirk reasons."""
 
@@ -314,6 +319,10 @@ class Backend:
     # (campaign.claims). FA4's and FlashInfer's declare it (their modules load in 2-5 s and under 0.5 s: benchmarks/
     # results/campaigns/jit-untold-h100-2026-11-26.md, jit-untold-side-by-side-h200-2026-11-26.md).
     loads_in_process: bool = False
+
+    # Case fields a JIT also builds one kernel per value of, beyond the compile key (of JIT_SHAPE_FIELDS): each focused
+    # shard of the backend draws one value of each (fuzz.shapes), so its cases reuse a few builds.
+    jit_shape_per: tuple[str, ...] = ()
 
     def jit_variant(self, case: Case) -> tuple | None:
         """What the library builds one module for when that is finer than the compile key (compiled_per and

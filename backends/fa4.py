@@ -80,6 +80,9 @@ class FA4(Backend):
     # in an untold 10-minute campaign (campaigns/jit-untold-h100-2026-11-26.md; the other change of that tree, tours by
     # share, is not yet measured apart)
     loads_in_process = True
+    # the fields of _variant beyond the compile key that a focused shard can pin (fuzz.shapes): the GQA ratio (of the
+    # head counts), the page size, the soft-cap's value, the attention type; the mask kind follows the drawn window
+    jit_shape_per = ("heads", "block_sizes", "soft_caps", "attn_types")
 
     def __init__(self, name: str, paged: bool) -> None:
         self.name, self.paged = name, paged

@@ -25,8 +25,8 @@ from reference.inputs import Inputs
 
 from . import spellings
 from ._convert import cu_seqlens, tokens_first_lse
-from .base import (PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason,
-                   poisoned_output)
+from .base import (PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase,
+                   cuda_library_reason, poisoned_output)
 
 F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
 FA3_HEADS = (64, 96, 128, 192, 256)
@@ -205,6 +205,9 @@ class TritonUnified(VllmBackend):
 
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton: dtypes and head sizes are constexprs
     compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)  # and USE_* flags
+    # kernel_unified_attention's constexprs also hold num_query_heads, num_queries_per_kv, BLOCK_SIZE and the
+    # SLIDING_WINDOW value (vllm 0.26.0, v1/attention/ops/triton_unified_attention.py): a build per shape
+    jit_shape_per = ("heads", "block_sizes", "windows")
 
     name = "vllm-triton-unified"
     module = "vllm.v1.attention.ops.triton_unified_attention"

@@ -116,5 +116,6 @@ def vllm_attention_layer_backends() -> list[Backend]:
         cls = type(f"{type(whole).__name__.strip('_')}UnderAttention", (_UnderTheLayer, type(whole)), {})
         backend = cls(name, whole.module, whole.cls, caps, description)
         backend.compiled_per, backend.compiled_features = whole.compiled_per, whole.compiled_features
+        backend.jit_shape_per = whole.jit_shape_per
         out.append(backend)
     return out

@@ -376,9 +376,15 @@ def vllm_layer_backends() -> list[Backend]:
         "do_kv_cache_update, forward")
     flashinfer_whole.compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # FlashInfer's nvcc JIT modules
     flashinfer_whole.compiled_features = (Feature.SOFT_CAP, Feature.WINDOW)
+    triton_whole = LayerBackend("vllm-backend-triton", "vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend",
+                                triton, "vLLM TRITON_ATTN whole: metadata builder, do_kv_cache_update, forward")
+    # its forward is unified_attention: Triton builds per dtype, head size, cache dtype, USE_* flag and shape, as for
+    # vllm-triton-unified (backends.vllm.TritonUnified)
+    triton_whole.compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")
+    triton_whole.compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)
+    triton_whole.jit_shape_per = ("heads", "block_sizes", "windows")
     return [
-        LayerBackend("vllm-backend-triton", "vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend", triton,
-                     "vLLM TRITON_ATTN whole: metadata builder, do_kv_cache_update, forward"),
+        triton_whole,
         LayerBackend("vllm-backend-flash", "vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend", flash,
                      "vLLM FLASH_ATTN whole (FA3): metadata builder with AOT scheduling and cascade, do_kv_cache_update, forward"),
         _FlexLayer("vllm-backend-flex", "vllm.v1.attention.backends.flex_attention", "FlexAttentionBackend", flex,

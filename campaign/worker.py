@@ -25,6 +25,7 @@ from backends.registry import get
 from fuzz.compare import Evaluation, base_row, evaluate
 from fuzz.judge import Verdict
 from fuzz.ledger import known_for
+from fuzz.shapes import pin_shape, pins_text
 from fuzz.simplify import simplify
 from fuzz.strategies import Limits, cases, compile_key, compile_slices, key_limits, warm_up
 from reference.case import Case
@@ -142,7 +143,8 @@ class Worker:
         self.should_stop = should_stop
         self.limits = Limits(**config.limits)
         self._backends: dict[str, tuple[Any, list[Limits]]] = {}
-        self._strategies: dict[tuple[str, int | str], tuple[Any, frozenset[str] | None]] = {}  # prefix None: not yet
+        self._strategies: dict[tuple[str, Any], tuple[Any, frozenset[str] | None]] = {}  # prefix None: not yet
+        self.pins: dict[tuple[str, int], str] = {}  # (backend, shard) -> its pinned shape (fuzz.shapes), as text
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
         self._units: set[tuple[str, str]] = set()  # (backend, module it builds: _unit) this process has run
         keys = cache_root(config.cache_dir) / KEYS_FOLDER
@@ -166,14 +168,22 @@ class Worker:
         shard: campaign.scheduler). A tour's few draws skip the prefix (about 1 s per strategy): it draws a key once."""
         backend, slices = self._loaded(name)
         which: Any = key or (-1 if shard == 0 else (shard - 1) % len(slices))
+        pinned = bool(key) and not tour and bool(backend.jit_shape_per)
+        if pinned:  # a shard of its own shape (fuzz.shapes): its strategy serves this shard and its shrinks only
+            which = (key, shard)
         if (name, which) not in self._strategies:
             if key:
                 per, keyed = backend.compiled_per, backend.compiled_features
                 narrowed = key_limits(backend.caps, self.limits, per, keyed, json.loads(key))
+                if pinned:
+                    narrowed = pin_shape(backend.caps, narrowed, backend.jit_shape_per,
+                                         shard_seed(self.config.seed, name, shard))
+                    self.pins[name, shard] = pins_text(narrowed, backend.jit_shape_per)
                 strategy = cases(backend.caps, narrowed).filter(lambda c: key_text(compile_key(c, per, keyed)) == key)
             else:
                 strategy = cases(backend.caps, warm_up(self.limits) if shard == 0 else slices[which])
-            self._strategies[name, which] = (strategy, None if shard else frozenset())
+            # a pinned shard's simplest cases are its own (no other shard draws its shape): no prefix to skip
+            self._strategies[name, which] = (strategy, None if shard and not pinned else frozenset())
         strategy, prefix = self._strategies[name, which]
         if prefix is None and not tour:
             prefix = self._fixed_prefix(strategy)
@@ -375,7 +385,9 @@ class Worker:
             if task.key:
                 row["focus_key"] = task.key  # a focused shard's row (campaign.scheduler.FOCUSED_PER_WHOLE)
                 if task.tour:
-                    row["tour"] = True  # of a key nothing was drawn of before (campaign.scheduler.TOUR_SIZE)
+                    row["tour"] = True
+                if (task.backend, task.shard) in self.pins:
+                    row["shape_pins"] = self.pins[task.backend, task.shard]  # of a key nothing was drawn of before (campaign.scheduler.TOUR_SIZE)
             sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
             spend("evaluated_s")  # the row's own parts and its message

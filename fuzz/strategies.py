@@ -46,6 +46,18 @@ class Limits:
     features: tuple[str, ...] | None = None  # draw only these of the declared features (the others stay off)
     # draw these features in every case that admits them (a focused shard of one compile key: no rejected draws)
     features_on: tuple[str, ...] | None = None
+    # Shape focus (a JIT that builds per shape, not only per compile key: fuzz.shapes pins one of each per shard):
+    heads: tuple[tuple[int, int], ...] | None = None  # (num_heads, num_kv_heads) pairs, within the declaration
+    block_sizes: tuple[int, ...] | None = None  # paged caches' block sizes, within the declaration
+    windows: tuple[int, ...] | None = None  # vLLM's sliding window W (and a kernel window's bounded sides) when drawn
+    soft_caps: tuple[float, ...] | None = None  # the soft-cap values, when one is drawn
+
+    def __post_init__(self) -> None:
+        # Limits(**json) gets lists: tuples keep it hashable (fuzz.cached builds one strategy per Limits, an unhashable
+        # one builds afresh at every draw) and a [num_heads, num_kv_heads] pair equal to the pairs drawn
+        for name, value in vars(self).items():
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
 
 
 EDGE_ABOVE_KEYS = 128  # the EDGE value class is drawn only for cases with a sequence of more keys than this
@@ -84,11 +96,21 @@ def limits_from_json(text: str) -> Limits:
             continue
         if not isinstance(value, list) or not value:
             raise LimitsError(f"--limits: {key}={value!r}: a non-empty list, e.g. {allowed[:2]}")
-        sized = key in ("head_sizes", "value_sizes")
-        bad = [v for v in value if v not in allowed] if not sized else \
-            [v for v in value if not isinstance(v, int) or isinstance(v, bool) or v < 1]
+        sized = key in ("head_sizes", "value_sizes", "block_sizes", "windows")
+        if key == "soft_caps":
+            bad = [v for v in value if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0]
+            what = "numbers > 0"
+            value = value if bad else [float(v) for v in value]
+        elif key == "heads":
+            bad = [v for v in value if not (isinstance(v, list) and len(v) == 2 and all(_positive(x) for x in v)
+                                            and v[0] % v[1] == 0)]
+            what = "[num_heads, num_kv_heads] pairs of integers >= 1, num_heads a multiple of num_kv_heads"
+            value = value if bad else [tuple(v) for v in value]
+        elif sized:
+            bad, what = [v for v in value if not _positive(v)], "integers >= 1"
+        else:
+            bad, what = [v for v in value if v not in allowed], f"values from {allowed}"
         if bad:
-            what = "integers >= 1" if sized else f"values from {allowed}"
             raise LimitsError(f"--limits: {key} has {bad[0]!r}; allowed: {what}")
         data[key] = tuple(value)
     return Limits(**data)
@@ -97,7 +119,11 @@ def limits_from_json(text: str) -> Limits:
 _LIMIT_VALUES = {"dtypes": [d.value for d in DType], "kv_cache_dtypes": [k.value for k in KVCacheDType],
                  "features": sorted(f.value for f in Feature), "features_on": sorted(f.value for f in Feature),
                  "attn_types": [t.value for t in AttentionType], "head_sizes": [], "value_sizes": [],
-                 "tiers": list(TIERS)}
+                 "tiers": list(TIERS), "heads": [], "block_sizes": [], "windows": [], "soft_caps": []}
+
+
+def _positive(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
 def focus_values(declared, wanted, key=lambda x: x):
@@ -243,6 +269,7 @@ ORACLE_CAPS = Capabilities(
 """Everything the oracle can evaluate: used to test the oracle itself."""
 
 GQA_RATIOS = (1, 2, 3, 4, 5, 7, 8)
+SOFT_CAPS = (0.5, 2.0, 5.0, 30.0, 50.0, 1e4)  # from caps that saturate most logits to one that leaves them as they are
 TILE_EDGES = (63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 513)  # where tiled kernels cut keys
 BEYOND = 7  # a window side this far past twice the longest sequence: "wider than the sequence", drawn on purpose
 
@@ -274,17 +301,35 @@ def _sometimes(draw, caps: Capabilities, feature: Feature, strategy: st.SearchSt
     return draw(strategy if feature.value in on else or_none(strategy))
 
 
-@memo
-@st.composite
-def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
-    """(num_heads, num_kv_heads) with odd GQA ratios and MQA where declared."""
-    kv = draw(st.integers(1, min(limits.max_kv_heads, caps.max_kv_heads or limits.max_kv_heads)))
+def head_pairs(caps: Capabilities, max_kv_heads: int) -> list[tuple[int, int]]:
+    """Every (num_heads, num_kv_heads) `heads` draws under `caps`: each kv head count up to the bound, times each GQA
+    ratio (1, and the others where GQA / MQA is declared and the ratio is allowed)."""
+    pairs = []
+    for kv in range(1, min(max_kv_heads, caps.max_kv_heads or max_kv_heads) + 1):
+        pairs += [(kv * r, kv) for r in _ratios(caps, kv)]
+    return pairs
+
+
+def _ratios(caps: Capabilities, kv: int) -> list[int]:
     ratios = [1]
     sharing = Feature.MQA if kv == 1 else Feature.GQA  # query heads sharing one kv head / several
     if _has(caps, sharing):
         ratios += [r for r in GQA_RATIOS[1:] if (caps.max_head_group is None or r <= caps.max_head_group)
                    and (caps.head_groups is None or r in caps.head_groups)]
-    ratio = draw(pick(ratios))
+    return ratios
+
+
+@memo
+@st.composite
+def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
+    """(num_heads, num_kv_heads) with odd GQA ratios and MQA where declared; one of `limits.heads` where it names
+    declared pairs (a pinned shape: fuzz.shapes)."""
+    if limits.heads is not None:
+        pinned = [p for p in limits.heads if p in head_pairs(caps, limits.max_kv_heads)]
+        if pinned:
+            return draw(pick(pinned))
+    kv = draw(st.integers(1, min(limits.max_kv_heads, caps.max_kv_heads or limits.max_kv_heads)))
+    ratio = draw(pick(_ratios(caps, kv)))
     return kv * ratio, kv
 
 
@@ -467,7 +512,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     paged_types = (AttentionType.DECODER, AttentionType.ENCODER_DECODER) + (
         (AttentionType.KERNEL,) if _has(caps, Feature.PAGED_KERNEL) else ())
     uses_cache = attn_type in paged_types and bool(caps.kv_layouts)
-    block_size = draw(pick(sorted(caps.block_sizes))) if uses_cache else None
+    block_size = draw(pick(focus_values(caps.block_sizes, limits.block_sizes))) if uses_cache else None
     # A batch of pure decodes is its own regime (vLLM's decode kernels, CUDA graphs): give it weight.
     decode_only = attn_type == AttentionType.DECODER and draw(st.integers(0, 3)) == 0
     tiers = [t for t in TIER_WEIGHTS if limits.tiers is None or t in limits.tiers] or ["small"]
@@ -516,13 +561,18 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         kernel = dict(causal=draw(pick(sorted(caps.causal_modes))),
                       causal_alignment=draw(pick(sorted(caps.causal_alignments, key=lambda a: a.value))),
                       window=_sometimes(draw, caps, Feature.WINDOW,
-                                        _window_pair(tuple(boundary), tuple(sizes), caps.window_right), on))
+                                        _window_pair(tuple(boundary), tuple(sizes), caps.window_right)
+                                        if limits.windows is None else
+                                        _window_pair(*[tuple(sorted(limits.windows))] * 2, caps.window_right),
+                                        on))
         if kernel["window"] == (None, None):
             kernel["window"] = None  # no bound on either side is no window: one spelling (encodings draw the others)
     window = None
     if attn_type not in (AttentionType.ENCODER_DECODER, AttentionType.KERNEL):
-        window = _sometimes(draw, caps, Feature.WINDOW, _window_w(tuple(boundary), tuple(sizes), max_kv), on)
-    soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, pick([0.5, 2.0, 5.0, 30.0, 50.0, 1e4]), on)
+        window = _sometimes(draw, caps, Feature.WINDOW, _window_w(tuple(boundary), tuple(sizes), max_kv)
+                            if limits.windows is None else pick(sorted(limits.windows)), on)
+    soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, pick(SOFT_CAPS if limits.soft_caps is None else limits.soft_caps),
+                          on)
     # Sinks near the scores, and on one head sometimes far above / below them: a kernel's running max must
     # start from the sink (the other heads keep the case able to see mask bugs).
     sinks = None

@@ -4,7 +4,10 @@ $FAKE_JIT_DIR says some process built it (a module cache on disk, as FA4's, Flas
 appends "key start end" to $FAKE_JIT_DIR/builds.log, so a test can count builds per key and builds at once.
 `test-fake-jit-variants` builds one module per attention type within a key, as FA4 and FlashInfer build finer
 variants (Backend.jit_variant), each for VARIANT_COMPILE_S, and loads one another process built for VARIANT_LOAD_S
-(logged to loads.log); `test-fake-jit-in-process-loads` is the same with loads that need no compile slot."""
+(logged to loads.log); `test-fake-jit-in-process-loads` is the same with loads that need no compile slot.
+`test-fake-jit-shapes` builds, inside its first call, one kernel per shape too (head counts and window), as vLLM's
+Triton kernels do, for SHAPE_COMPILE_S, and declares those fields (Backend.jit_shape_per: focused shards pin them);
+`test-fake-jit-shapes-unpinned` is the same without the declaration."""
 from __future__ import annotations
 
 import os
@@ -17,6 +20,7 @@ from backends.torch_sdpa import sdpa_backends
 COMPILE_S = 0.4
 VARIANT_COMPILE_S = 2.0
 VARIANT_LOAD_S = 0.5  # FA4 loads a variant another process compiled in 2-5 s on an H100
+SHAPE_COMPILE_S = 0.3  # a per-shape Triton build (vLLM's unified attention: ~1.4 s a slow call on an H200)
 LOADED: set[str] = set()  # modules this process has run
 
 
@@ -73,5 +77,30 @@ class FakeJitInProcessLoads(FakeJitVariants):
     loads_in_process = True
 
 
+class FakeJitShapes(FakeJit):
+    """A compile per (dtype, head size) as a first call's, and inside any call a build per new shape in this process
+    (no marker: a Triton build is per process unless its disk cache has it; this stand-in keeps none)."""
+
+    name = "test-fake-jit-shapes"
+    jit_shape_per = ("heads", "windows")
+    compiled_per = ("dtypes", "head_sizes")
+    shapes: set[tuple] = set()
+
+    def run(self, inputs) -> Actual:
+        case = inputs.case
+        shape = (case.dtype.value, case.head_size, case.num_heads, case.num_kv_heads, case.sliding_window)
+        if (self.name, shape) not in self.shapes:
+            self.shapes.add((self.name, shape))
+            time.sleep(SHAPE_COMPILE_S)
+            with open(Path(os.environ["FAKE_JIT_DIR"]) / "shapes.log", "a") as f:
+                f.write(f"{self.name} {'/'.join(map(str, shape))}\n")
+        return super().run(inputs)
+
+
+class FakeJitShapesUnpinned(FakeJitShapes):
+    name = "test-fake-jit-shapes-unpinned"
+    jit_shape_per = ()
+
+
 def backends():
-    return [FakeJit(), FakeJitVariants(), FakeJitInProcessLoads()]
+    return [FakeJit(), FakeJitVariants(), FakeJitInProcessLoads(), FakeJitShapes(), FakeJitShapesUnpinned()]

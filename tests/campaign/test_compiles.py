@@ -452,3 +452,26 @@ def test_every_drawn_case_s_compile_key_is_a_declared_one(name):
     drawn = [key_text(compile_key(c, backend.compiled_per, backend.compiled_features))
              for c in drawn_cases(backend.caps, Limits(max_sequences=3, max_context=24, max_query=6), 150)]
     assert drawn and set(drawn) <= declared, sorted(set(drawn) - declared)[:3]
+
+
+def test_a_focused_shard_of_a_backend_that_builds_per_shape_draws_one_shape(tmp_path, monkeypatch):
+    """Backend.jit_shape_per: each focused shard pins the head counts and window (fuzz.shapes), so its cases reuse the
+    shard's few per-shape builds; shards differ, and a backend without the declaration draws shapes freely."""
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    shapes = {}
+    for name in ("test-fake-jit-shapes", "test-fake-jit-shapes-unpinned"):
+        cfg = CampaignConfig(out=tmp_path / name, backends=[name], examples=80, workers=2, progress=False,
+                             specs=SPEC, replay_saved=False, cache_dir=str(tmp_path / "c"), shard_size=15,
+                             limits={"dtypes": ["float32"], "head_sizes": [64], "value_sizes": [64], "tiers": ["small"]})
+        rows = [r for r in run_campaign(cfg).rows if r.get("phase") == "generate" and r.get("focus_key")]
+        by_shard: dict = {}
+        for r in rows:
+            case = json.loads(r["case"])
+            by_shard.setdefault(r["shard"], set()).add((case["num_heads"], case["num_kv_heads"], case["sliding_window"]))
+        shapes[name] = by_shard
+        assert sum(len(v) for v in by_shard.values()) >= 3, "few focused rows: the test would prove nothing"
+    pinned, free = shapes["test-fake-jit-shapes"], shapes["test-fake-jit-shapes-unpinned"]
+    # one (heads, kv heads) pair per shard; the window pinned too, where drawn (or none)
+    assert all(len({s[:2] for s in v}) == 1 and len({s[2] for s in v} - {None}) <= 1 for v in pinned.values()), pinned
+    assert len({s[:2] for v in pinned.values() for s in v}) >= 2, pinned
+    assert max(len({s[:2] for s in v}) for v in free.values()) >= 2, free
