@@ -10,6 +10,7 @@ strategy draws equal values whichever object it is.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -59,3 +60,14 @@ def pick(elements: Iterable[Any]) -> st.SearchStrategy:
 def or_none(strategy: st.SearchStrategy) -> st.SearchStrategy:
     """st.none() | strategy, one object per strategy object."""
     return st.none() | strategy
+
+
+just = memo(st.just)  # st.just and st.none build a new object at each call
+NONE = st.none()
+
+
+@memo
+def either(*strategies: st.SearchStrategy) -> st.SearchStrategy:
+    """strategies[0] | strategies[1] | ..., one object per tuple of strategy objects: a union written inline in a
+    composite was a new object at every draw, which hypothesis validated and labelled again."""
+    return functools.reduce(operator.or_, strategies)

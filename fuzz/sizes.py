@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from backends.base import Capabilities, Feature
 from reference.case import AttentionType, SequenceSpec
 
-from .cached import memo, pick
+from .cached import either, memo, pick
 
 TIERS = ("small", "tile", "long")
 # >= 20% of cases over 128 keys and >= 5% over 512 (measured: benchmarks/results/reach-*.md); long cases
@@ -86,7 +86,7 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
         elif tier == "tile" and kind == "prefill":
             q = draw(pick(tile_q))  # a prefill's keys are its queries: they cross the tiles
         elif tier == "tile":
-            q = draw(pick(tile_q) | st.integers(min_q if kind == "chunked" else 1, max(1, max_q)))
+            q = draw(either(pick(tile_q), st.integers(min_q if kind == "chunked" else 1, max(1, max_q))))
         else:
             q = draw(st.integers(min_q if kind == "chunked" else 1, max_q))
         ctx = 0
@@ -101,7 +101,7 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
     if attn_type == AttentionType.ENCODER_DECODER:
         q = draw(st.integers(min_q, few_q if tier == "long" else max_q))
         if tier == "small":
-            enc = draw(_edge_length(limits.max_context, block_size, 0) | st.integers(1, 8))
+            enc = draw(either(_edge_length(limits.max_context, block_size, 0), st.integers(1, 8)))
         else:
             enc = draw(_tier_keys(tier, limits, caps.max_kv_len))
         return SequenceSpec(query_len=q, encoder_len=enc)
@@ -110,10 +110,10 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
         # leaves the first rows with no key under bottom-right causality).
         if tier == "small":
             q = draw(st.integers(max(1, min_q), max(1, max_q)))
-            k = draw(pick([q, q + 1, max(q - 1, 0), 0]) | st.integers(0, limits.max_context))
+            k = draw(either(pick([q, q + 1, max(q - 1, 0), 0]), st.integers(0, limits.max_context)))
         elif tier == "tile":
-            q = draw(pick(tile_q) | st.integers(1, max(1, max_q)))
-            k = draw(_tier_keys(tier, limits, caps.max_kv_len) | pick([q, q + 1, max(q - 1, 0)]))
+            q = draw(either(pick(tile_q), st.integers(1, max(1, max_q))))
+            k = draw(either(_tier_keys(tier, limits, caps.max_kv_len), pick([q, q + 1, max(q - 1, 0)])))
         else:
             q = draw(st.integers(1, few_q))
             k = draw(_tier_keys(tier, limits, caps.max_kv_len))

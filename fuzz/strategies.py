@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from backends.base import ALL_FEATURES, Capabilities, Feature
 from backends.spellings import sliding_window
 
-from .cached import memo, or_none, pick
+from .cached import NONE, either, just, memo, or_none, pick
 from .sizes import TIER_WEIGHTS, TIERS, sequence_specs
 from reference.scores import standard_alibi_slopes
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
@@ -377,7 +377,7 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
         reject()
     choice = pick(layouts)
     if KVLayout.MLA_LATENT in layouts:  # rare (one kv head, no wider value, no int8): weight it when it is possible
-        choice = choice | choice | st.just(KVLayout.MLA_LATENT)
+        choice = either(choice, choice, just(KVLayout.MLA_LATENT))
     layout = draw(choice)
     tables = sorted(caps.block_tables - {BlockTableKind.SHARED_PREFIX}, key=lambda x: x.value)
     table = draw(pick(tables)) if tables else BlockTableKind.CONTIGUOUS  # shared_prefix() sets its own
@@ -394,7 +394,7 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
     q_fp8 = None
     if kvd == KVCacheDType.FP8_E4M3 and Feature.Q_FP8 in caps.features:
         q_scales = pick([0.5, 0.75, 1.0])
-        q_fp8 = draw(q_scales if caps.fp8_query_only else st.none() | q_scales)
+        q_fp8 = draw(q_scales if caps.fp8_query_only else or_none(q_scales))
         if dynamic and q_fp8 is not None:
             q_fp8 = 1.0  # the query's scale is computed with the others (Quant.dynamic_scales)
     spare = draw(pick([0, 0, 1, 3]))
@@ -421,7 +421,7 @@ def block_sparse_params(draw) -> BlockSparse:
     homo = draw(pick(["no", "no", "head", "group"]))
     return BlockSparse(block_size=draw(pick([1, 2, 3, 4, 8])), local_blocks=draw(st.integers(0, 3)),
                        vert_stride=draw(st.integers(1, 8)), homo_head=homo == "head", homo_head_group=homo == "group",
-                       head_sliding_step=draw(st.none() | st.none() | st.integers(0, 3)),
+                       head_sliding_step=draw(either(NONE, NONE, st.integers(0, 3))),
                        tp_size=tp_size, tp_rank=draw(st.integers(0, tp_size - 1)))
 
 
@@ -436,10 +436,10 @@ def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...
         rules["chunk_lookback"] = draw(pick([lb for lb in (0, 1, 2, 3) if window // (lb + 1) >= 1]))
     elif window is None and _has(caps, Feature.GLOBAL_PREFIX) and draw(st.integers(0, 1)) == 1:
         kv = max(s.context_len + s.query_len for s in sequences)
-        prefix = [draw(pick(sorted({0, 1, s.context_len, s.context_len + s.query_len}))
-                       | st.integers(0, s.context_len + s.query_len)) for s in sequences]
-        rules["global_prefix"] = GlobalPrefix(draw(pick(sorted({1, 2, max(1, kv // 2), kv}))
-                                                   | st.integers(1, kv + 1)), tuple(prefix))
+        prefix = [draw(either(pick(sorted({0, 1, s.context_len, s.context_len + s.query_len})),
+                              st.integers(0, s.context_len + s.query_len))) for s in sequences]
+        rules["global_prefix"] = GlobalPrefix(draw(either(pick(sorted({1, 2, max(1, kv // 2), kv})),
+                                                          st.integers(1, kv + 1))), tuple(prefix))
     if _has(caps, Feature.PREFIX_LM) and draw(st.integers(0, 2)) == 2:
         rules["bidirectional_ranges"] = tuple(draw(_ranges(s)) for s in sequences)
     if _has(caps, Feature.QQ_BIAS) and draw(st.integers(0, 2)) == 2:  # as often as PrefixLM: the rarest rule
@@ -499,14 +499,14 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     num_heads, num_kv_heads = draw(heads(caps, limits))
     sizes = focus_values(caps.head_sizes, limits.head_sizes)
     odd = [h for h in sizes if h & (h - 1)] or sizes  # not a power of two: padded tiles, tail masks
-    head_size = draw(pick(sizes) | st.just(sizes[-1]) | pick(odd))
+    head_size = draw(either(pick(sizes), just(sizes[-1]), pick(odd)))
     head_size_v = None
     if caps.head_size_pairs is not None:  # tied sizes (MLA: key = latent + rope, value = latent)
         pairs = [p for p in caps.head_size_pairs if p[0] in sizes] or list(caps.head_size_pairs)
         head_size, head_size_v = draw(pick(pairs))
     elif _has(caps, Feature.HEAD_SIZE_V):
         value_sizes = pick(focus_values(caps.head_sizes, limits.value_sizes))
-        head_size_v = draw(value_sizes if Feature.HEAD_SIZE_V.value in on else st.none() | value_sizes)
+        head_size_v = draw(value_sizes if Feature.HEAD_SIZE_V.value in on else or_none(value_sizes))
     value_size = head_size_v or head_size
 
     paged_types = (AttentionType.DECODER, AttentionType.ENCODER_DECODER) + (
@@ -591,7 +591,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         alibi = Alibi(tuple(s * factor for s in standard_alibi_slopes(num_heads)), convention)
     chunk = None
     if attn_type == AttentionType.DECODER:
-        chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, pick([1, 2, 4, 8, 16]) | st.integers(1, 40))
+        chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, either(pick([1, 2, 4, 8, 16]), st.integers(1, 40)))
     sparse = None
     if attn_type == AttentionType.DECODER:
         sparse = _sometimes(draw, caps, Feature.BLOCK_SPARSE, block_sparse_params())
