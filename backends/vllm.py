@@ -25,8 +25,8 @@ from reference.inputs import Inputs
 
 from . import spellings
 from ._convert import cu_seqlens, tokens_first_lse
-from .base import (PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase,
-                   cuda_library_reason, poisoned_output)
+from .base import (PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason,
+                   poisoned_output)
 
 F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
 FA3_HEADS = (64, 96, 128, 192, 256)

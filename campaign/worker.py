@@ -385,9 +385,9 @@ class Worker:
             if task.key:
                 row["focus_key"] = task.key  # a focused shard's row (campaign.scheduler.FOCUSED_PER_WHOLE)
                 if task.tour:
-                    row["tour"] = True
+                    row["tour"] = True  # of a key nothing was drawn of before (campaign.scheduler.TOUR_SIZE)
                 if (task.backend, task.shard) in self.pins:
-                    row["shape_pins"] = self.pins[task.backend, task.shard]  # of a key nothing was drawn of before (campaign.scheduler.TOUR_SIZE)
+                    row["shape_pins"] = self.pins[task.backend, task.shard]  # its focused shard's pins (fuzz.shapes)
             sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
             spend("evaluated_s")  # the row's own parts and its message
