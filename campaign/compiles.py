@@ -122,8 +122,11 @@ class Backlog:
     def _build_order(self):
         """The sort key of the next build (the largest first). Every other build is of a compile key no module of which
         is built yet (a tour's key: the campaign's breadth), the others of the largest backlog (rows soon); either way
-        of the backend with the fewest modules built first. Largest backlog alone, on an H200, built 267-280 FA4 modules
-        within 10-12 of its 2,304 keys (focused shards keep feeding their keys' new variants), and 3 keys of
+        of the backend with the fewest modules built first; among full backlogs, the one that dropped most cases (a
+        built key's new variant its focused shards keep drawing: vLLM's FLASHINFER layer's prefill-only modules gave 20
+        of an e4m3 campaign's 17,959 rows beside its decode ones, with 241,516 draws dropped,
+        campaigns/jit-untold-side-by-side-h200-2026-11-26.md). Largest backlog alone, on an H200, built 267-280 FA4
+        modules within 10-12 of its 2,304 keys (focused shards keep feeding their keys' new variants), and 3 keys of
         vllm-triton-unified against 93 of vllm-backend-triton beside it, whose backlogs, capped alike, came first
         (campaigns/jit-untold-side-by-side-h200-2026-11-27.md)."""
         breadth = self.builds_handed % 2 == 0
@@ -132,7 +135,7 @@ class Backlog:
             backend, _ = bu
             entry = self.modules[bu]
             new_key = entry.key not in self.built_keys[backend]
-            return (new_key if breadth else 0, -len(self.built[backend]), len(entry.cases), new_key)
+            return (new_key if breadth else 0, -len(self.built[backend]), len(entry.cases), entry.dropped, new_key)
         return order
 
     def waiting(self, backend: str | None = None) -> int:

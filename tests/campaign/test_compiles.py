@@ -63,6 +63,16 @@ def test_builds_alternate_a_new_key_and_the_largest_backlog_the_backend_with_few
         b.defer("busy", "[\"b9\"]", f"b9-{i}", where)
     b.defer("starved", "[\"s1\"]", "s1-0", where)
     assert [b.take(built=False)[0] for _ in range(2)] == ["starved", "busy"]
+    # full backlogs: the one that dropped most cases first (a built key's prefill variant behind its decodes)
+    b = Backlog(per_module=4)
+    b.mark_built("layer", "[\"k\"]", "decode")
+    b.mark_built("layer", "[\"j\"]", "decode-j")
+    for i in range(4):
+        b.defer("layer", "[\"j\"]", f"j-{i}", where, unit="prefill-j")
+    for i in range(9):
+        b.defer("layer", "[\"k\"]", f"k-{i}", where, unit="prefill")
+    b.builds_handed = 1  # a rows-soon turn
+    assert b.take(built=False)[2] == "prefill"
 
 
 def test_built_keys_cases_follow_the_worker_that_has_their_module_loaded():
