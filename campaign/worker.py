@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis.errors import Unsatisfiable
 
 from backends.registry import get
 from fuzz.compare import Evaluation, base_row, evaluate
@@ -281,7 +282,14 @@ class Worker:
         self.spent = dict.fromkeys(SPENT, 0.0)
         self.claims.slots = max(1, task.slots or self.config.compile_slots)  # the driver's budget as it stands now
         if task.kind == TaskKind.GENERATE:
-            exhausted = self._generate(task, deadline)
+            try:
+                exhausted = self._generate(task, deadline)
+            except Unsatisfiable:
+                if not task.key:
+                    raise
+                # a compile key the focus's strategy (nearly) never draws, such as a value head size the limits leave
+                # out: the shard is exhausted, not a harness error that ends the campaign
+                exhausted = True
         elif task.kind == TaskKind.SHRINK:
             self._shrink(task, deadline)
         elif task.kind == TaskKind.DEFERRED:

@@ -235,15 +235,16 @@ def declared_compile_keys(caps: Capabilities, limits: Limits, per: tuple[str, ..
         return []
     dtypes = [d.value for d in focus_values(caps.dtypes, limits.dtypes, lambda d: d.value)]
     heads = [int(h) for h in focus_values(caps.head_sizes, limits.head_sizes, int)]
+    drawn = {f for f in caps.features if limits.features is None or f.value in limits.features}
     if caps.head_size_pairs is not None:
         pairs = [p for p in caps.head_size_pairs if p[0] in heads] or list(caps.head_size_pairs)
-    elif Feature.HEAD_SIZE_V in caps.features:  # head_size_v: none, or any declared size
-        pairs = sorted({(h, v) for h in heads for v in (h, *caps.head_sizes)})
+    elif Feature.HEAD_SIZE_V in drawn:  # head_size_v: none, or any declared size (where the focus draws it)
+        values = [int(v) for v in focus_values(caps.head_sizes, limits.value_sizes, int)]
+        pairs = sorted({(h, v) for h in heads for v in (h, *values)})
     else:
         pairs = [(h, h) for h in heads]
     kvds = [k.value for k in focus_values(caps.kv_cache_dtypes, limits.kv_cache_dtypes, lambda k: k.value)] \
         if caps.kv_layouts else ["auto"]
-    drawn = {f for f in caps.features if limits.features is None or f.value in limits.features}
     keyed = [f.value for f in features if f in drawn]
     out = []
     for dtype, (h, v), kvd in itertools.product(dtypes, pairs, kvds):

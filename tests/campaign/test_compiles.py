@@ -490,21 +490,31 @@ def test_every_drawn_case_s_compile_key_is_a_declared_one(name):
 
 def test_a_focused_shard_of_a_backend_that_builds_per_shape_draws_one_shape(tmp_path, monkeypatch):
     """Backend.jit_shape_per: each focused shard pins the head counts and window (fuzz.shapes), so its cases reuse the
-    shard's few per-shape builds; shards differ, and a backend without the declaration draws shapes freely."""
+    shard's few per-shape builds; shards differ, its shrinks draw alike, and a backend without the declaration draws
+    shapes freely within a shard."""
+    from campaign.tasks import Task, WorkerConfig
+    from campaign.worker import Worker
+
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    shapes = {}
+    key = '["float32", [64, 64]]'
+    shapes: dict = {}
     for name in ("test-fake-jit-shapes", "test-fake-jit-shapes-unpinned"):
-        cfg = CampaignConfig(out=tmp_path / name, backends=[name], examples=80, workers=2, progress=False,
-                             specs=SPEC, replay_saved=False, cache_dir=str(tmp_path / "c"), shard_size=15,
-                             limits={"dtypes": ["float32"], "head_sizes": [64], "value_sizes": [64], "tiers": ["small"]})
-        rows = [r for r in run_campaign(cfg).rows if r.get("phase") == "generate" and r.get("focus_key")]
-        by_shard: dict = {}
-        for r in rows:
-            case = json.loads(r["case"])
-            by_shard.setdefault(r["shard"], set()).add((case["num_heads"], case["num_kv_heads"], case["sliding_window"]))
-        shapes[name] = by_shard
-        assert sum(len(v) for v in by_shard.values()) >= 3, "few focused rows: the test would prove nothing"
+        sent: list[dict] = []
+        worker = Worker(WorkerConfig(cache_dir=str(tmp_path / "c"), specs=SPEC,
+                                     limits={"tiers": ["small"], "features": ["context", "gqa", "mqa", "window"]}),
+                        send=sent.append)
+        for shard in (3, 4, 5, 6):
+            worker.run(Task(TaskKind.GENERATE, name, shard=shard, size=6, start=0, key=key))
+        for row in (m["row"] for m in sent if m["type"] == "row"):
+            case = json.loads(row["case"])
+            shapes.setdefault(name, {}).setdefault(row["shard"], set()).add(
+                (case["num_heads"], case["num_kv_heads"], case["sliding_window"]))
+        if name == "test-fake-jit-shapes":
+            assert set(worker.pins) == {(name, j) for j in (3, 4, 5, 6)}
+            again = worker._backend(name, 4, key)[1]  # a shrink of shard 4 draws from the same pinned strategy
+            assert again is worker._backend(name, 4, key)[1] and again is not worker._backend(name, 5, key)[1]
     pinned, free = shapes["test-fake-jit-shapes"], shapes["test-fake-jit-shapes-unpinned"]
+    assert sum(len(v) for v in pinned.values()) >= 4, "few rows: the test would prove nothing"
     # one (heads, kv heads) pair per shard; the window pinned too, where drawn (or none)
     assert all(len({s[:2] for s in v}) == 1 and len({s[2] for s in v} - {None}) <= 1 for v in pinned.values()), pinned
     assert len({s[:2] for v in pinned.values() for s in v}) >= 2, pinned

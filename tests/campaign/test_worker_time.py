@@ -13,3 +13,17 @@ def test_the_worker_time_split_names_slow_calls_past_a_first_call():
             {"phase": "generate", "t": 7.0, "kernel_s": 0.001, "oracle_s": 0.999}]  # evaluation
     w = worker_time(rows, record, after=0.0)
     assert (round(w["compile"]), round(w["evaluation"]), round(w["slow"], 1)) == (20, 25, 15.0)
+
+
+def test_a_focused_shard_whose_key_cannot_be_drawn_is_exhausted_not_a_harness_error(tmp_path):
+    """hypothesis raises Unsatisfiable when a shard's filter rejects every draw (a key outside what the focus draws):
+    the shard ends as exhausted and the worker goes on."""
+    from campaign.tasks import Task, TaskKind, WorkerConfig
+    from campaign.worker import Worker
+
+    sent = []
+    worker = Worker(WorkerConfig(cache_dir=str(tmp_path), specs=("tests.campaign.fake_jit:backends",)), send=sent.append)
+    # head size 7 is not declared: the focus falls back to the declared sizes, whose cases the key's filter rejects
+    worker.run(Task(TaskKind.GENERATE, "test-fake-jit", shard=3, size=2, start=0, key='["float32", [7, 7]]'))
+    done = [m for m in sent if m["type"] == "done"]
+    assert done and done[0]["exhausted"] and not [m for m in sent if m["type"] == "row"]

@@ -41,3 +41,18 @@ def test_features_on_and_value_sizes_are_checked_like_the_other_limits():
         limits_from_json('{"value_sizes": [0]}')
     with pytest.raises(LimitsError, match="features_on"):
         limits_from_json('{"features_on": ["nope"]}')
+
+
+def test_declared_keys_follow_the_focus_s_value_sizes_and_features():
+    """A focus that leaves head_size_v out (or narrows the value sizes) declares no key it cannot draw: a tour of such
+    a key found no case, and hypothesis' Unsatisfiable ended the campaign with a harness error (exit 3)."""
+    from fuzz.strategies import declared_compile_keys
+
+    caps = get("torch-sdpa-math").caps
+    per = ("dtypes", "head_sizes")
+    both = declared_compile_keys(caps, Limits(dtypes=("float32",), head_sizes=(64,)), per)
+    assert len(both) > 1 and all(k[1][0] == 64 for k in both)
+    without = declared_compile_keys(caps, Limits(dtypes=("float32",), head_sizes=(64,), features=("gqa", "window")), per)
+    assert without == [("float32", (64, 64))]
+    narrowed = declared_compile_keys(caps, Limits(dtypes=("float32",), head_sizes=(64,), value_sizes=(32,)), per)
+    assert {k[1] for k in narrowed} == {(64, 64), (64, 32)}
