@@ -5,7 +5,7 @@ appends "key start end" to $FAKE_JIT_DIR/builds.log, so a test can count builds 
 `test-fake-jit-variants` builds one module per attention type within a key, as FA4 and FlashInfer build finer
 variants (Backend.jit_variant), each for VARIANT_COMPILE_S, and loads one another process built for VARIANT_LOAD_S
 (logged to loads.log); `test-fake-jit-in-process-loads` is the same with loads that need no compile slot.
-`test-fake-jit-shapes` builds, inside its first call, one kernel per shape too (head counts and window), as vLLM's
+`test-fake-jit-shapes` also builds, inside any call, one kernel per new shape (head counts and window), as vLLM's
 Triton kernels do, for SHAPE_COMPILE_S, and declares those fields (Backend.jit_shape_per: focused shards pin them);
 `test-fake-jit-shapes-unpinned` is the same without the declaration."""
 from __future__ import annotations
