@@ -10,7 +10,10 @@
 # campaign's live lines), NAME.md (benchmarks/jit_campaign.py, benchmarks/throughput.py), NAME-summary.md,
 # NAME-compile_keys.csv, NAME-compile_draws.json, NAME-rows.jsonl.xz (tools/analysis/first-calls.py reads it).
 # PART=until NAME=... waits for the end only, so the next campaign can start before this one's report; PART=pack packs
-# the log and the results folder into $OUT/NAME.tar.xz for a report here.
+# the log and the results folder into $OUT/NAME.tar.xz.part.aa, .ab, ... (15 MiB each: a file over 16 MiB does not
+# come back; a 10-minute campaign's folder packs to about 26 MB) for a report here:
+#   cat NAME.tar.xz.part.* | tar xJf -; python benchmarks/jit_campaign.py NAME; python -m cli report NAME
+# A device machine left idle for 30 s between calls is given back with everything on it: chain the calls.
 set -uo pipefail
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"; NAME=${NAME:?NAME}; RUN=/tmp/jit-run/$NAME; RES=/tmp/jit-res/$NAME
 [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
@@ -39,8 +42,10 @@ case ${PART:-start} in
   pack)  # the raw results alone, one file per campaign ($OUT takes 8): benchmarks/jit_campaign.py runs anywhere on them
     wait_end
     kill -0 "$pid" 2> /dev/null && echo "$NAME still running"
-    tar cJf "$OUT/$NAME.tar.xz" -C /tmp/jit-res --exclude="$NAME/logs/compile-slots" "$NAME.log" "$NAME"
-    ls -la "$OUT/$NAME.tar.xz"; tail -2 "/tmp/jit-res/$NAME.log" ;;
+    XZ_OPT="-2 -T${XZ_THREADS:-8}" tar cJf "/tmp/jit-res/$NAME.tar.xz" -C /tmp/jit-res \
+      --exclude="$NAME/logs/compile-slots" "$NAME.log" "$NAME"
+    split -b 15M "/tmp/jit-res/$NAME.tar.xz" "$OUT/$NAME.tar.xz.part."
+    ls -la "$OUT/$NAME".tar.xz.part.*; tail -2 "/tmp/jit-res/$NAME.log" ;;
   wait)
     wait_end
     cp "/tmp/jit-res/$NAME.log" "$OUT/$NAME.log"
