@@ -292,8 +292,8 @@ class Unsupported(Exception):
 
 
 # What Backend.jit_shape_per may name (fields of fuzz.strategies.Limits): (num_heads, num_kv_heads), the paged cache's
-# block size, the sliding window's W, the soft-cap's value, the attention type
-JIT_SHAPE_FIELDS = ("heads", "block_sizes", "windows", "soft_caps", "attn_types")
+# block size, the sliding window's W, the soft-cap's value, the attention type, the cache layout, the encodings' values
+JIT_SHAPE_FIELDS = ("heads", "block_sizes", "windows", "soft_caps", "attn_types", "kv_layouts", "encodings")
 
 
 class Backend:

@@ -205,9 +205,11 @@ class TritonUnified(VllmBackend):
 
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton: dtypes and head sizes are constexprs
     compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)  # and USE_* flags
-    # kernel_unified_attention's constexprs also hold num_query_heads, num_queries_per_kv, BLOCK_SIZE and the
-    # SLIDING_WINDOW value (vllm 0.26.0, v1/attention/ops/triton_unified_attention.py): a build per shape
-    jit_shape_per = ("heads", "block_sizes", "windows")
+    # kernel_unified_attention's constexprs also hold num_query_heads, num_queries_per_kv, BLOCK_SIZE, the
+    # SLIDING_WINDOW value, IS_3D (the path encoding) and the cache's last stride (its layout) (vllm 0.26.0,
+    # v1/attention/ops/triton_unified_attention.py): a build per shape. Pinned heads, block size and window left 28-34 %
+    # of rows slow past a first call (44 % before) on an H200 (campaigns/jit-untold-side-by-side-h200-2026-11-27.md)
+    jit_shape_per = ("heads", "block_sizes", "windows", "encodings", "kv_layouts")
 
     name = "vllm-triton-unified"
     module = "vllm.v1.attention.ops.triton_unified_attention"

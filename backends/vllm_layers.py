@@ -382,7 +382,7 @@ def vllm_layer_backends() -> list[Backend]:
     # vllm-triton-unified (backends.vllm.TritonUnified)
     triton_whole.compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")
     triton_whole.compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)
-    triton_whole.jit_shape_per = ("heads", "block_sizes", "windows")
+    triton_whole.jit_shape_per = ("heads", "block_sizes", "windows", "encodings", "kv_layouts")
     return [
         triton_whole,
         LayerBackend("vllm-backend-flash", "vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend", flash,

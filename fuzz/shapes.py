@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from backends.base import JIT_SHAPE_FIELDS, Capabilities
 
-from .strategies import SOFT_CAPS, TILE_EDGES, Limits, focus_values, head_pairs
+from .strategies import SOFT_CAPS, TILE_EDGES, Limits, focus_values, focused_spellings, head_pairs
 
 # A pinned window's value (vLLM's sliding_window W): the smallest ones, and the tile edges where kernels cut keys
 # (the drawn lengths put sequence ends at and around them too: fuzz.sizes)
@@ -27,8 +27,8 @@ PINNED_WINDOWS = (1, 2, 3, 8, 16, 17, *TILE_EDGES, 1024, 4096)
 def pin_shape(caps: Capabilities, limits: Limits, per: tuple[str, ...], seed: int) -> Limits:
     """`limits` with each field of `per` (backends.base.JIT_SHAPE_FIELDS) fixed to one value, the same for the same
     seed: heads to one (num_heads, num_kv_heads) pair, block_sizes to one declared block size, windows to one W of
-    PINNED_WINDOWS, soft_caps to one cap of the drawn ones, attn_types to one type. Values the limits already narrow
-    are chosen among those."""
+    PINNED_WINDOWS, soft_caps to one cap of the drawn ones, attn_types to one type, kv_layouts to one declared
+    layout, encodings to one declared value of each encoding. Values the limits already narrow are chosen among those."""
     unknown = set(per) - set(JIT_SHAPE_FIELDS)
     if unknown:
         raise ValueError(f"jit_shape_per: {sorted(unknown)} not among {JIT_SHAPE_FIELDS}")
@@ -49,6 +49,12 @@ def pin_shape(caps: Capabilities, limits: Limits, per: tuple[str, ...], seed: in
     if "attn_types" in per:
         types = [t.value for t in focus_values(caps.attn_types, limits.attn_types, key=lambda t: t.value)]
         fields["attn_types"] = (rng.choice(types),)
+    if "kv_layouts" in per and caps.kv_layouts:
+        layouts = [x.value for x in focus_values(caps.kv_layouts, limits.kv_layouts, key=lambda x: x.value)]
+        fields["kv_layouts"] = (rng.choice(layouts),)
+    if "encodings" in per and caps.encodings:
+        fields["encodings"] = tuple((name, str(rng.choice(focused_spellings(name, values, limits.encodings))))
+                                    for name, values in caps.encodings)
     return replace(limits, **fields)
 
 
@@ -65,4 +71,8 @@ def pins_text(limits: Limits, per: tuple[str, ...]) -> str:
         parts.append("soft_cap=" + ",".join(f"{c:g}" for c in limits.soft_caps))
     if "attn_types" in per and limits.attn_types:
         parts.append("type=" + ",".join(limits.attn_types))
+    if "kv_layouts" in per and limits.kv_layouts:
+        parts.append("layout=" + ",".join(limits.kv_layouts))
+    if "encodings" in per and limits.encodings:
+        parts.append(" ".join(f"{name}={value}" for name, value in limits.encodings))
     return " ".join(parts)

@@ -51,6 +51,8 @@ class Limits:
     block_sizes: tuple[int, ...] | None = None  # paged caches' block sizes, within the declaration
     windows: tuple[int, ...] | None = None  # vLLM's sliding window W (and a kernel window's bounded sides) when drawn
     soft_caps: tuple[float, ...] | None = None  # the soft-cap values, when one is drawn
+    kv_layouts: tuple[str, ...] | None = None  # paged caches' layouts, where the drawn dtype and heads allow them
+    encodings: tuple[tuple[str, str], ...] | None = None  # (encoding, value) pairs: those encodings draw these values
 
     def __post_init__(self) -> None:
         # Limits(**json) gets lists: tuples keep it hashable (fuzz.cached builds one strategy per Limits, an unhashable
@@ -101,6 +103,10 @@ def limits_from_json(text: str) -> Limits:
             bad = [v for v in value if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0]
             what = "numbers > 0"
             value = value if bad else [float(v) for v in value]
+        elif key == "encodings":
+            bad = [v for v in value if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v))]
+            what = "[encoding, value] pairs of strings (`attnref backends -v` lists each backend's encodings)"
+            value = value if bad else [tuple(v) for v in value]
         elif key == "heads":
             bad = [v for v in value if not (isinstance(v, list) and len(v) == 2 and all(_positive(x) for x in v)
                                             and v[0] % v[1] == 0)]
@@ -119,7 +125,8 @@ def limits_from_json(text: str) -> Limits:
 _LIMIT_VALUES = {"dtypes": [d.value for d in DType], "kv_cache_dtypes": [k.value for k in KVCacheDType],
                  "features": sorted(f.value for f in Feature), "features_on": sorted(f.value for f in Feature),
                  "attn_types": [t.value for t in AttentionType], "head_sizes": [], "value_sizes": [],
-                 "tiers": list(TIERS), "heads": [], "block_sizes": [], "windows": [], "soft_caps": []}
+                 "tiers": list(TIERS), "heads": [], "block_sizes": [], "windows": [], "soft_caps": [],
+                 "kv_layouts": [x.value for x in KVLayout], "encodings": []}
 
 
 def _positive(v) -> bool:
@@ -374,6 +381,8 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
         layouts = [x for x in layouts if x not in (KVLayout.VLLM_NHD, KVLayout.VLLM_HND)]
     if num_kv_heads != 1 or head_size_v > head_size or kvd.is_int8 or kvd.is_per_token_head:
         layouts = [x for x in layouts if x != KVLayout.MLA_LATENT]
+    if limits.kv_layouts is not None:  # a focus the draw's dtype and heads leave no layout of keeps the others
+        layouts = [x for x in layouts if x.value in limits.kv_layouts] or layouts
     if not layouts:  # no declared layout can hold this draw (e.g. int8 kv without flash_hnd): never an invalid case
         reject()
     choice = pick(layouts)
@@ -476,6 +485,13 @@ def _window_pair(boundary: tuple[int, ...], sizes: tuple[int, ...], right: bool)
 def _window_w(boundary: tuple[int, ...], sizes: tuple[int, ...], max_kv: int) -> st.SearchStrategy:
     """vLLM's sliding window W >= 1: at a boundary, a size class, or any up to past the longest sequence."""
     return pick([w for w in boundary if w >= 1] or [1]) | pick([w for w in sizes if w >= 1]) | st.integers(1, max_kv + 2)
+
+
+def focused_spellings(name: str, spellings: tuple, focus: tuple[tuple[str, str], ...] | None) -> tuple:
+    """The declared values of encoding `name` that the focus names (all of them where it names none)."""
+    if focus is None:
+        return spellings
+    return tuple(v for v in spellings if (name, str(v)) in focus) or spellings
 
 
 @memo
@@ -633,7 +649,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
                     query_zero_dims=dict(caps.query_zero_dims).get((head_size, value_size)))
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
     scale = draw(pick(scales)) if draw(st.integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
-    encodings = tuple((name, draw(pick(spellings))) for name, spellings in caps.encodings)
+    encodings = tuple((name, draw(pick(focused_spellings(name, spellings, limits.encodings))))
+                      for name, spellings in caps.encodings)
     seed = draw(st.integers(0, 2**31 - 1))
     if kernel and kernel["causal"] and caps.causal_equal_lengths:
         sequences = tuple(replace(s, key_len=s.query_len) for s in sequences)

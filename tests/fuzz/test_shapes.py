@@ -40,7 +40,10 @@ def test_pins_are_declared_values_fixed_by_the_seed_and_vary_across_seeds():
     assert {p.windows[0] for p in pins} <= set(PINNED_WINDOWS)
     assert min(len({p.heads for p in pins}), len({p.block_sizes for p in pins}), len({p.windows for p in pins})) >= 3
     assert {p.soft_caps[0] for p in pins} <= set(SOFT_CAPS) and {p.attn_types for p in pins} > {("decoder",)}
-    assert pins_text(pins[7], JIT_SHAPE_FIELDS).count("=") == len(JIT_SHAPE_FIELDS)
+    assert len({p.kv_layouts for p in pins}) == len(caps.kv_layouts) and {p.kv_layouts[0] for p in pins} <= {
+        x.value for x in caps.kv_layouts}
+    assert {dict(p.encodings)["path"] for p in pins} == {"2d", "3d"} and all(len(p.encodings) == 2 for p in pins)
+    assert pins_text(pins[7], JIT_SHAPE_FIELDS).count("=") == len(JIT_SHAPE_FIELDS) - 1 + len(caps.encodings)
     narrowed = pin_shape(caps, Limits(block_sizes=(32, 64)), ("block_sizes",), 3)  # a focus is kept
     assert narrowed.block_sizes[0] in (32, 64) and narrowed.heads is None
     with pytest.raises(ValueError, match="jit_shape_per"):
@@ -66,6 +69,10 @@ def test_a_pinned_shard_s_cases_have_its_shape_and_its_key(name):
             assert windows - {None} == set(limits.windows), (limits.windows, windows)
         if "attn_types" in per:
             assert {c.attn_type.value for c in drawn} == set(limits.attn_types)
+        if "kv_layouts" in per:
+            assert {c.cache.layout.value for c in drawn} == set(limits.kv_layouts)
+        if "encodings" in per:
+            assert {c.encoding("path", "") for c in drawn} == {dict(limits.encodings)["path"]}
 
 
 def test_unpinned_draws_spread_over_shapes():
@@ -78,10 +85,13 @@ def test_unpinned_draws_spread_over_shapes():
 
 
 def test_shape_limits_are_checked_like_the_other_limits():
-    assert limits_from_json('{"heads": [[8, 2]], "block_sizes": [16], "windows": [65]}') == Limits(
-        heads=((8, 2),), block_sizes=(16,), windows=(65,))
+    assert limits_from_json('{"heads": [[8, 2]], "block_sizes": [16], "windows": [65], "soft_caps": [30], '
+                            '"kv_layouts": ["vllm_hnd"], "encodings": [["path", "3d"]]}') == Limits(
+        heads=((8, 2),), block_sizes=(16,), windows=(65,), soft_caps=(30.0,), kv_layouts=("vllm_hnd",),
+        encodings=(("path", "3d"),))
     for bad, field in (('{"heads": [[8, 3]]}', "heads"), ('{"heads": [8]}', "heads"), ('{"windows": [0]}', "windows"),
-                       ('{"block_sizes": [true]}', "block_sizes")):
+                       ('{"block_sizes": [true]}', "block_sizes"), ('{"soft_caps": [0]}', "soft_caps"),
+                       ('{"kv_layouts": ["nhd"]}', "kv_layouts"), ('{"encodings": [["path"]]}', "encodings")):
         with pytest.raises(LimitsError, match=field):
             limits_from_json(bad)
     # the workers rebuild Limits from the JSON's lists: hashable, its pairs equal to drawn ones
