@@ -43,6 +43,7 @@ from .vllm_batch import common_metadata, from_runner_order, in_runner_order, run
 from .vllm_layers_repro import cascade_prefix, whole
 from .base import PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
 from .flashinfer import LOADS_IN_PROCESS as FLASHINFER_LOADS_IN_PROCESS
+from .vllm import TritonUnified
 
 F16 = frozenset({DType.FLOAT16, DType.BFLOAT16})
 LAYER = "model.layers.0.self_attn.attn"
@@ -379,10 +380,10 @@ def vllm_layer_backends() -> list[Backend]:
     triton_whole = LayerBackend("vllm-backend-triton", "vllm.v1.attention.backends.triton_attn", "TritonAttentionBackend",
                                 triton, "vLLM TRITON_ATTN whole: metadata builder, do_kv_cache_update, forward")
     # its forward is unified_attention: Triton builds per dtype, head size, cache dtype, USE_* flag and shape, as for
-    # vllm-triton-unified (backends.vllm.TritonUnified)
-    triton_whole.compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")
-    triton_whole.compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)
-    triton_whole.jit_shape_per = ("heads", "block_sizes", "windows", "encodings", "kv_layouts")
+    # vllm-triton-unified, whose declaration it takes
+    triton_whole.compiled_per = TritonUnified.compiled_per
+    triton_whole.compiled_features = TritonUnified.compiled_features
+    triton_whole.jit_shape_per = TritonUnified.jit_shape_per
     return [
         triton_whole,
         LayerBackend("vllm-backend-flash", "vllm.v1.attention.backends.flash_attn", "FlashAttentionBackend", flash,

@@ -35,13 +35,10 @@ def pin_shape(caps: Capabilities, limits: Limits, per: tuple[str, ...], seed: in
     rng = random.Random(seed)
     fields: dict[str, tuple] = {}
     if "heads" in per:
-        pairs = head_pairs(caps, limits.max_kv_heads)
-        allowed = [p for p in pairs if limits.heads is None or p in limits.heads] or pairs
-        fields["heads"] = (rng.choice(allowed),)
+        pairs = head_pairs(caps, limits.max_kv_heads)  # in heads()' order (focus_values would sort them)
+        fields["heads"] = (rng.choice([p for p in pairs if limits.heads is None or p in limits.heads] or pairs),)
     if "block_sizes" in per and caps.block_sizes:
-        sizes = sorted(caps.block_sizes)
-        allowed = [b for b in sizes if limits.block_sizes is None or b in limits.block_sizes] or sizes
-        fields["block_sizes"] = (rng.choice(allowed),)
+        fields["block_sizes"] = (rng.choice(focus_values(caps.block_sizes, limits.block_sizes)),)
     if "windows" in per:
         fields["windows"] = (rng.choice(limits.windows or PINNED_WINDOWS),)
     if "soft_caps" in per:

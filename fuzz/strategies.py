@@ -56,7 +56,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         # Limits(**json) gets lists: tuples keep it hashable (fuzz.cached builds one strategy per Limits, an unhashable
-        # one builds afresh at every draw) and a [num_heads, num_kv_heads] pair equal to the pairs drawn
+        # one builds afresh at every draw) and a [num_heads, num_kv_heads] or [encoding, value] pair equal to the drawn
         for name, value in vars(self).items():
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -106,19 +106,17 @@ def limits_from_json(text: str) -> Limits:
         elif key == "encodings":
             bad = [v for v in value if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v))]
             what = "[encoding, value] pairs of strings (`attnref backends -v` lists each backend's encodings)"
-            value = value if bad else [tuple(v) for v in value]
         elif key == "heads":
             bad = [v for v in value if not (isinstance(v, list) and len(v) == 2 and all(_positive(x) for x in v)
                                             and v[0] % v[1] == 0)]
             what = "[num_heads, num_kv_heads] pairs of integers >= 1, num_heads a multiple of num_kv_heads"
-            value = value if bad else [tuple(v) for v in value]
         elif sized:
             bad, what = [v for v in value if not _positive(v)], "integers >= 1"
         else:
             bad, what = [v for v in value if v not in allowed], f"values from {allowed}"
         if bad:
             raise LimitsError(f"--limits: {key} has {bad[0]!r}; allowed: {what}")
-        data[key] = tuple(value)
+        data[key] = value  # Limits makes lists (and [a, b] pairs) tuples
     return Limits(**data)
 
 

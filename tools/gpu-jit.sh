@@ -39,7 +39,7 @@ case ${PART:-start} in
     sleep 40; ps -o pid,etime,cmd -p "$(cat /tmp/jit-res/$NAME.pid)" | cut -c1-120; tail -3 "/tmp/jit-res/$NAME.log" ;;
   until)  # only waits for the campaign's end (at most UNTIL s): the next campaign may start before this one's report
     wait_end ;;
-  pack)  # the raw results alone, one file per campaign ($OUT takes 8): benchmarks/jit_campaign.py runs anywhere on them
+  pack)  # the raw results alone, in parts ($OUT takes 8 files): benchmarks/jit_campaign.py runs anywhere on them
     wait_end
     kill -0 "$pid" 2> /dev/null && echo "$NAME still running"
     XZ_OPT="-2 -T${XZ_THREADS:-8}" tar cJf "/tmp/jit-res/$NAME.tar.xz" -C /tmp/jit-res \
