@@ -27,6 +27,14 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+# A build that would outlast a time-boxed campaign is not started: once less time is left than BUILD_QUANTILE of a
+# backend's first calls so far took (BUILD_SAMPLES of them at least), neither its compile tasks nor its generation
+# tasks' first calls build (loads of built modules go on). On an H200, FlashInfer's untold 10-minute campaign spent
+# 1,034 and 576 worker seconds (11 and 6 % of the workers' time) in builds its end killed, where the 90th percentile of
+# its backends' first calls was 110-128 s (campaigns/jit-untold-side-by-side-h200-2026-11-27.md).
+BUILD_QUANTILE = 0.9
+BUILD_SAMPLES = 5
+
 # Deferred cases kept per module: beyond it a drawn case of that module is dropped (its example number gets no row).
 BACKLOG_PER_MODULE = 64
 CASES_PER_TASK = 32
@@ -36,6 +44,25 @@ LOAD_BATCH = 8  # waiting cases for which a worker without the key's module load
 def key_text(key: tuple) -> str:
     """A compile key as the JSON text rows and task messages carry."""
     return json.dumps(list(key))
+
+
+class BuildTimes:
+    """The seconds of each backend's first calls (builds and loads of modules) as rows bring them."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = defaultdict(list)
+
+    def record(self, backend: str, seconds: float) -> None:
+        self.seconds[backend].append(seconds)
+
+    def expected(self, backend: str) -> float | None:
+        """BUILD_QUANTILE of the backend's first calls; None before BUILD_SAMPLES of them."""
+        xs = sorted(self.seconds.get(backend, ()))
+        return xs[int(BUILD_QUANTILE * (len(xs) - 1))] if len(xs) >= BUILD_SAMPLES else None
+
+    def late(self, remaining: float) -> set[str]:
+        """The backends whose builds would likely outlast `remaining` seconds."""
+        return {b for b in self.seconds if (e := self.expected(b)) is not None and remaining < e}
 
 
 @dataclass

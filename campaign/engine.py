@@ -20,6 +20,7 @@ from typing import Protocol
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
 from .claims import WARMUP_S, built_by, built_modules, compile_slots_at
+from .compiles import BuildTimes
 from .clock import WorkerClock
 from .progress import Progress
 from .scheduler import Scheduler
@@ -116,6 +117,7 @@ class Driver:
         self.origins: dict[tuple, dict] = {}  # (backend, shard, index) -> the row a shrink started from
         self.shrinking: dict[int, Task] = {}
         self.clock = WorkerClock()
+        self.build_times = BuildTimes()
         self.harness_errors: list[str] = []
         self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
         self.errored: set[int] = set()
@@ -155,6 +157,8 @@ class Driver:
         phase = row.get("phase")
         if row.get("first_of_key"):
             self.scheduler.first_call_done()
+            if row.get("compile_s"):
+                self.build_times.record(row["backend"], row["compile_s"])
         if row.get("compile_key"):
             self.scheduler.key_drawn(row["backend"], row["compile_key"])
             if built_by(row.get("verdict")):
@@ -179,10 +183,10 @@ class Driver:
         """Queue a shrink of a new kind of failure, or save one that cannot be shrunk as found."""
         if decision == Decision.SHRINK:
             self.origins[(row["backend"], row["shard"], row["index"])] = row
-            key, tour = self.scheduler.focus_of(row["backend"], row["shard"])
+            key, tour, pins_of = self.scheduler.focus_of(row["backend"], row["shard"])
             self.scheduler.add(Task(TaskKind.SHRINK, row["backend"], shard=row["shard"], size=row["shard_size"],
                                     target=row["index"], signature=self.buckets.target(row).coarse, key=key,
-                                    tour=tour))
+                                    tour=tour, pins_of=pins_of))
         elif decision == Decision.SAVE and not row.get("sticky"):  # a sticky worker sends its own case
             self._save_unshrunk(row, "not shrunk: " + ("it hung" if row["verdict"] == "timeout" else "its process died"))
 
@@ -283,8 +287,8 @@ class Driver:
         elif kind == "minimal":
             self._on_minimal(wid, msg)
         elif kind == "deferred":  # a generated case waits for its JIT module (campaign.compiles)
-            self.scheduler.defer(msg["backend"], msg["key"], msg["case"],
-                                 {"shard": msg["shard"], "index": msg["index"], "shard_size": msg["shard_size"]},
+            where = {k: msg[k] for k in ("shard", "index", "shard_size", "pins_of") if k in msg}
+            self.scheduler.defer(msg["backend"], msg["key"], msg["case"], where,
                                  returned=bool(msg.get("returned")), unit=msg.get("unit", ""))
             if not msg.get("returned"):
                 self.progress.deferred(msg["backend"])
@@ -294,7 +298,7 @@ class Driver:
             self.shrinking.pop(wid, None)
             if wid in self.stopping:
                 return
-            self.scheduler.task_done(wid, exhausted=bool(msg.get("exhausted")))
+            self.scheduler.task_done(wid, exhausted=bool(msg.get("exhausted")), stalled=bool(msg.get("stalled")))
         elif kind == "error":  # the worker could not build its backend: a harness error, not a finding
             self.errored.add(wid)
             self.harness_errors.append(msg.get("message", ""))
@@ -395,6 +399,8 @@ class Driver:
             self._check_hangs()
             now = time.time()
             slots = self._compile_budget(now - started)
+            late = self.build_times.late(deadline - now) if deadline is not None else set()
+            self.scheduler.late = late
             if interrupted["signal"] is not None and grace_until is None:
                 self._stop_all()
                 grace_until = now + 3.0
@@ -407,7 +413,7 @@ class Driver:
                 for wid, task in self.scheduler.schedule():
                     if task.kind == TaskKind.SHRINK:
                         self.shrinking[wid] = task
-                    task = replace(task, slots=slots)
+                    task = replace(task, slots=slots, builds=task.backend not in late)
                     self.plumbing.assign(wid, task, self._task_deadline(task, deadline))
                     self.clock.assigned(wid, task.backend)
                 if self.scheduler.finished:

@@ -59,6 +59,12 @@ TOUR_SIZE = 2
 # builds the compile slots bound. One tour per two focused shards drew 78 of vLLM's 1,536 unified-attention keys and
 # 95 of FA4's 2,304 in ten minutes on an H100 (campaigns/jit-untold-h100-2026-11-26.md).
 TOUR_SHARE = 0.5
+# A backend whose focused shards pin a shape (Backend.jit_shape_per, fuzz.shapes) gets, per focused shard of a key with
+# fresh pins, up to this many that draw the pins of a shard of that key which got rows (its variant is built): fresh
+# pins mostly name a variant no one built, and such a shard's draws wait. On an H200, FA4's 10-minute untold campaigns
+# drew 83,000-84,000 cases that waited, 6 ms each, 51,260 and 27,738 of them dropped: 12 % of the workers' time
+# (campaigns/jit-untold-side-by-side-h200-2026-11-27.md).
+REUSED_PINS_PER_FRESH = 2
 
 
 @dataclass
@@ -69,16 +75,18 @@ class _Shard:
     closed: bool = False  # ran to its end (or hypothesis had nothing more to draw)
     key: str = ""  # a focused shard's compile key (every case it evaluates is of that key)
     tour: bool = False  # a tour shard: a few draws of a key nothing was drawn of (TOUR_SIZE)
+    pins_of: int = 0  # a focused shard that draws the pinned shape of that earlier shard (0: its own; fuzz.shapes)
+    worker: int | None = None  # the worker that ran it last
 
 
 class Scheduler:
     def __init__(self, backends: list[str], *, examples: int | None, shard_size: int = 100,
-                 done: dict[tuple[str, int], tuple[int, int, str, bool]] | None = None,
+                 done: dict[tuple[str, int], tuple[int, int, str, bool, int]] | None = None,
                  replays: dict[str, tuple[str, ...]] | None = None, max_shrinking: int = 1,
                  shrink_share: float = 0.25, slices: dict[str, int] | None = None,
                  declared: dict[str, list[str]] | None = None, compile_slots: int = 0) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
-        shard size, focus key, tour) from an earlier run being resumed; `replays`: saved case JSONs per backend;
+        shard size, focus key, tour, the shard whose pins it draws) from an earlier run being resumed; `replays`: saved case JSONs per backend;
         `slices`: the number of compile slices per JIT backend (others: 1); `declared`: a JIT backend's compile keys
         within the campaign's focus (tour shards draw each); `compile_slots`: the campaign's compile slots
         (campaign.claims); all but one run compile tasks beside generation (0: compile tasks only once generation
@@ -97,9 +105,10 @@ class Scheduler:
         self.shrink_rows = 0
         self.shrunk_backends: set[str] = set()
         self.shards: dict[str, dict[int, _Shard]] = {b: {} for b in self.backends}
-        for (backend, shard), (n, size, focus, tour) in (done or {}).items():
+        for (backend, shard), (n, size, focus, tour, pins_of) in (done or {}).items():
             if backend in self.shards:  # a focused shard continues on its key: the same draws, the same examples
-                self.shards[backend][shard] = _Shard(size=size, done=n, closed=n >= size, key=focus, tour=tour)
+                self.shards[backend][shard] = _Shard(size=size, done=n, closed=n >= size, key=focus, tour=tour,
+                                                     pins_of=pins_of)
         self.pending: deque[Task] = deque(Task(TaskKind.REPLAY, b, cases=tuple(c))
                                           for b, c in (replays or {}).items() if c and b in self.shards)
         self.running: dict[int, Task] = {}
@@ -115,6 +124,9 @@ class Scheduler:
         self.compile_slots = compile_slots
         self.compiling: set[int] = set()  # workers running a compile task beside generation
         self.slots_busy = False  # a compile task found no free slot: none goes out before a first call ends
+        # (backend, compile key) -> the shards whose pinned shapes got rows, in order (REUSED_PINS_PER_FRESH)
+        self.productive: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.late: set[str] = set()  # backends whose builds would outlast the campaign (campaign.compiles.BuildTimes)
 
     # --- events ---------------------------------------------------------------------------------
     def add_worker(self, wid: int) -> None:
@@ -126,6 +138,9 @@ class Scheduler:
         s = self.shards.get(backend, {}).get(shard)
         if s is not None:
             s.done = max(s.done, index)
+            source = s.pins_of or shard
+            if s.key and not s.tour and source not in self.productive[backend, s.key]:
+                self.productive[backend, s.key].append(source)
         self.generated_rows += 1
 
     def shrink_example_done(self) -> None:
@@ -159,8 +174,9 @@ class Scheduler:
             self.loaded[wid].add((backend, key))
             self.modules[wid].add((backend, unit or key))
 
-    def task_done(self, wid: int, exhausted: bool = False) -> None:
-        """`wid` finished its task; `exhausted`: hypothesis had no more cases to draw for the shard."""
+    def task_done(self, wid: int, exhausted: bool = False, stalled: bool = False) -> None:
+        """`wid` finished its task; `exhausted`: hypothesis had no more cases to draw for the shard; `stalled`: its last
+        draws all waited for modules (campaign.worker.STALL_DRAWS), so the shard ends there, as an exhausted one."""
         task = self.running.pop(wid, None)
         self.compiling.discard(wid)
         if task is not None and task.kind == TaskKind.DEFERRED:
@@ -168,7 +184,7 @@ class Scheduler:
         if task is not None and task.kind == TaskKind.GENERATE:
             s = self.shards[task.backend][task.shard]
             s.running = False
-            if exhausted and s.done < s.size:  # the budget moves on to a new shard
+            if (exhausted or stalled) and s.done < s.size:  # the budget moves on to a new shard
                 s.size = s.done
             if exhausted and self.slice_of(task.backend, task.shard) is not None:
                 self.spent[task.backend].add(self.slice_of(task.backend, task.shard))
@@ -217,6 +233,7 @@ class Scheduler:
             self.running[wid] = task
             if task.kind == TaskKind.GENERATE:
                 self.shards[task.backend][task.shard].running = True
+                self.shards[task.backend][task.shard].worker = wid
                 self.last_slice[wid] = (task.backend, self.slice_of(task.backend, task.shard))
             self.last_backend[wid] = task.backend
             out.append((wid, task))
@@ -276,7 +293,7 @@ class Scheduler:
         return self._generate_for(backend, create=True, wid=wid)
 
     def _deferred_task(self, built: bool, needs_slot: bool = False, **where) -> Task | None:
-        taken = self.backlog.take(built=built, skip=set(self.broken), **where)
+        taken = self.backlog.take(built=built, skip=set(self.broken) | (set() if built else self.late), **where)
         if taken is None:
             return None
         backend, key, unit, cases = taken
@@ -325,7 +342,7 @@ class Scheduler:
             s = shards[j]
             if not s.closed and not s.running and s.done < s.size:
                 return Task(TaskKind.GENERATE, backend, shard=j, size=s.size, start=s.done, built=self._built(backend),
-                            key=s.key, tour=s.tour)
+                            key=s.key, tour=s.tour, pins_of=s.pins_of)
         planned = sum(s.size for s in shards.values())
         if self.examples is not None and planned >= self.examples:
             return None
@@ -341,10 +358,26 @@ class Scheduler:
         key, tour = self._focus(backend, wid) if create and j > 0 and self.slices[backend] == 1 else ("", False)
         if tour:
             size = min(size, TOUR_SIZE)
+        pins_of = self._pins_for(backend, key, wid) if create and key and not tour else 0
         if create:
-            shards[j] = _Shard(size=size, key=key, tour=tour)
+            shards[j] = _Shard(size=size, key=key, tour=tour, pins_of=pins_of)
         return Task(TaskKind.GENERATE, backend, shard=j, size=size, start=0, built=self._built(backend), key=key,
-                    tour=tour)
+                    tour=tour, pins_of=pins_of)
+
+    def _pins_for(self, backend: str, key: str, wid: int | None) -> int:
+        """The shard whose pinned shape a new focused shard of `key` draws (0: its own, fresh pins): while the key's
+        shards with borrowed pins are fewer than REUSED_PINS_PER_FRESH per fresh one, the pins of a shard that got rows,
+        one `wid` has drawn first (its variant is loaded there: FA4 loads one in 2-5 s per process on an H100), then the
+        least borrowed. A backend that pins nothing ignores it (campaign.worker)."""
+        sources = self.productive.get((backend, key))
+        if not sources:
+            return 0
+        focused = {j: s for j, s in self.shards[backend].items() if j > 0 and s.key == key and not s.tour}
+        borrowed = [s.pins_of for s in focused.values() if s.pins_of]
+        if len(borrowed) >= REUSED_PINS_PER_FRESH * (len(focused) - len(borrowed)):
+            return 0
+        here = {s.pins_of or j for j, s in focused.items() if s.worker == wid}
+        return min(sources, key=lambda j: (j not in here, borrowed.count(j), sources.index(j)))
 
     def _focus(self, backend: str, wid: int | None) -> tuple[str, bool]:
         """(the compile key a new shard of `backend` draws, whether it is a tour shard). A tour of a declared key
@@ -378,11 +411,11 @@ class Scheduler:
                 return least_focused(built), False
         return "", False
 
-    def focus_of(self, backend: str, shard: int) -> tuple[str, bool]:
-        """(the compile key shard `shard` of `backend` focuses on, "" for the whole space; whether it is a tour): its
-        shrinks draw alike."""
+    def focus_of(self, backend: str, shard: int) -> tuple[str, bool, int]:
+        """(the compile key shard `shard` of `backend` focuses on, "" for the whole space; whether it is a tour; the shard
+        whose pins it draws, 0: its own): its shrinks draw alike."""
         s = self.shards.get(backend, {}).get(shard)
-        return (s.key, s.tour) if s is not None else ("", False)
+        return (s.key, s.tour, s.pins_of) if s is not None else ("", False, 0)
 
     def _built(self, backend: str) -> tuple[str, ...]:
         return tuple(sorted(self.backlog.built[backend]))

@@ -123,19 +123,19 @@ def tensors_b64(tensors: dict) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def resume_state(rows: list[dict]) -> tuple[dict[tuple[str, int], tuple[int, int, str, bool]], int]:
+def resume_state(rows: list[dict]) -> tuple[dict[tuple[str, int], tuple[int, int, str, bool, int]], int]:
     """(backend, shard) -> (examples done, shard size, the compile key a focused shard draws or "", whether it is a
-    tour) from an earlier run's rows, and the next run number."""
-    done: dict[tuple[str, int], tuple[int, int, str, bool]] = {}
+    tour, the shard whose pinned shape it draws or 0) from an earlier run's rows, and the next run number."""
+    done: dict[tuple[str, int], tuple[int, int, str, bool, int]] = {}
     run = 0
     for r in rows:
         run = max(run, int(r.get("run") or 0))
         if r.get("phase") != "generate" or r.get("shard") is None:
             continue
         key = (r["backend"], int(r["shard"]))
-        n, size, focus, tour = done.get(key, (0, int(r.get("shard_size") or 0), "", False))
+        n, size, focus, tour, pins_of = done.get(key, (0, int(r.get("shard_size") or 0), "", False, 0))
         done[key] = (max(n, int(r.get("index") or 0)), max(size, int(r.get("shard_size") or 0)),
-                     focus or r.get("focus_key") or "", tour or bool(r.get("tour")))
+                     focus or r.get("focus_key") or "", tour or bool(r.get("tour")), pins_of or int(r.get("pins_of") or 0))
     return done, run + 1
 
 

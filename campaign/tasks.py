@@ -43,13 +43,16 @@ class Task:
     needs_slot: bool = False
     tour: bool = False  # GENERATE: a few draws of a compile key nothing was drawn of (campaign.scheduler.TOUR_SIZE)
     slots: int = 0  # the campaign's compile slots when the task went out (campaign.claims.compile_slots_at; 0: config)
+    pins_of: int = 0  # GENERATE, SHRINK: the shard whose pinned shape a focused shard draws (0: its own; fuzz.shapes)
+    builds: bool = True  # a first call may build a module (False near a campaign's end: campaign.compiles.BuildTimes)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind.value, "backend": self.backend, "shard": self.shard, "size": self.size,
                 "start": self.start, "target": self.target,
                 "signature": list(self.signature) if self.signature else None, "cases": list(self.cases),
                 "wheres": list(self.wheres), "key": self.key, "unit": self.unit, "built": list(self.built),
-                "needs_slot": self.needs_slot, "tour": self.tour, "slots": self.slots}
+                "needs_slot": self.needs_slot, "tour": self.tour, "slots": self.slots, "pins_of": self.pins_of,
+                "builds": self.builds}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Task":
@@ -58,7 +61,8 @@ class Task:
                    signature=tuple(d["signature"]) if d.get("signature") else None, cases=tuple(d.get("cases") or ()),
                    wheres=tuple(d.get("wheres") or ()), key=d.get("key", ""), unit=d.get("unit", ""),
                    built=tuple(d.get("built") or ()),
-                   needs_slot=bool(d.get("needs_slot")), tour=bool(d.get("tour")), slots=int(d.get("slots") or 0))
+                   needs_slot=bool(d.get("needs_slot")), tour=bool(d.get("tour")), slots=int(d.get("slots") or 0),
+                   pins_of=int(d.get("pins_of") or 0), builds=bool(d.get("builds", True)))
 
     @property
     def label(self) -> str:

@@ -43,6 +43,12 @@ from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
 # cases sent to wait for their module, and drawing cases that are not examples (repeats, the prefix, a resume's start).
 SPENT = ("setup_s", "draw_s", "evaluated_s", "deferred_draw_s", "skipped_draw_s")
 
+# A generation task whose last STALL_DRAWS draws all waited for modules ends there (`done` says `stalled`; the scheduler
+# closes the shard): its further draws would mostly wait too, or be dropped behind a full backlog. On an H200, FA4's
+# untold campaigns drew 83,000-84,000 cases that waited, 51,260 and 27,738 of them dropped, 6 ms a draw, 12 % of the
+# workers' time (campaigns/jit-untold-side-by-side-h200-2026-11-27.md). Eight keep a module's backlog fed for its build.
+STALL_DRAWS = 8
+
 STICKY_EXIT = 3  # a worker's exit status after a sticky device error: its rows are sent, start a fresh one
 
 _STICKY = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
@@ -144,8 +150,11 @@ class Worker:
         self.should_stop = should_stop
         self.limits = Limits(**config.limits)
         self._backends: dict[str, tuple[Any, list[Limits]]] = {}
-        self._strategies: dict[tuple[str, Any], tuple[Any, frozenset[str] | None]] = {}  # prefix None: not yet
-        self.pins: dict[tuple[str, int], str] = {}  # (backend, shard) -> its pinned shape (fuzz.shapes), as text
+        self._strategies: dict[tuple[str, Any], Any] = {}
+        self._prefixes: dict[tuple[str, Any], frozenset[str]] = {}  # a strategy's fixed prefix, once computed
+        self.pins: dict[tuple[str, int], str] = {}  # (backend, pins' shard) -> the pinned shape (fuzz.shapes), as text
+        self.stalled = False  # the running generation task ended after STALL_DRAWS waiting draws
+        self.builds = True  # the running task may build modules (Task.builds)
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
         self._units: set[tuple[str, str]] = set()  # (backend, module it builds: _unit) this process has run
         keys = cache_root(config.cache_dir) / KEYS_FOLDER
@@ -162,34 +171,38 @@ class Worker:
             self._backends[name] = (backend, slices)
         return self._backends[name]
 
-    def _backend(self, name: str, shard: int, key: str = "", tour: bool = False):
+    def _backend(self, name: str, shard: int, key: str = "", tour: bool = False, pins_of: int = 0):
         """(backend, strategy, fixed prefix) of `name` for `shard`, built once per process: shard 0 is the
         warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers;
         a JIT backend's later shards draw from their compile slice, or only cases of compile key `key` (a focused
-        shard: campaign.scheduler). A tour's few draws skip the prefix (about 1 s per strategy): it draws a key once."""
+        shard: campaign.scheduler), of the shape pinned by the seed of shard `pins_of` where the scheduler passes
+        one (0: its own). A tour's few draws skip the prefix (about 1 s per strategy): it draws a key once."""
         backend, slices = self._loaded(name)
         which: Any = key or (-1 if shard == 0 else (shard - 1) % len(slices))
         pinned = bool(key) and not tour and bool(backend.jit_shape_per)
-        if pinned:  # a shard of its own shape (fuzz.shapes): its strategy serves this shard and its shrinks only
-            which = (key, shard)
+        source = pins_of or shard
+        if pinned:  # a shape of its own (fuzz.shapes): its strategy serves the shards that draw it and their shrinks
+            which = (key, source)
         if (name, which) not in self._strategies:
             if key:
                 per, keyed = backend.compiled_per, backend.compiled_features
                 narrowed = key_limits(backend.caps, self.limits, per, keyed, json.loads(key))
                 if pinned:
                     narrowed = pin_shape(backend.caps, narrowed, backend.jit_shape_per,
-                                         shard_seed(self.config.seed, name, shard))
-                    self.pins[name, shard] = pins_text(narrowed, backend.jit_shape_per)
+                                         shard_seed(self.config.seed, name, source))
+                    self.pins[name, source] = pins_text(narrowed, backend.jit_shape_per)
                 strategy = cases(backend.caps, narrowed).filter(lambda c: key_text(compile_key(c, per, keyed)) == key)
             else:
                 strategy = cases(backend.caps, warm_up(self.limits) if shard == 0 else slices[which])
-            # a pinned shard's simplest cases are its own (no other shard draws its shape): no prefix to skip
-            self._strategies[name, which] = (strategy, None if shard and not pinned else frozenset())
-        strategy, prefix = self._strategies[name, which]
-        if prefix is None and not tour:
-            prefix = self._fixed_prefix(strategy)
-            self._strategies[name, which] = (strategy, prefix)
-        return backend, strategy, prefix or frozenset()
+            self._strategies[name, which] = strategy
+        strategy = self._strategies[name, which]
+        # the shard that first draws a shape (and the warm-up) evaluates its simplest cases; the shards that borrow its
+        # pins, like every other shard, skip them
+        if shard == 0 or tour or (pinned and not pins_of):
+            return backend, strategy, frozenset()
+        if (name, which) not in self._prefixes:
+            self._prefixes[name, which] = self._fixed_prefix(strategy)
+        return backend, strategy, self._prefixes[name, which]
 
     @staticmethod
     def _fixed_prefix(strategy) -> frozenset[str]:
@@ -277,7 +290,8 @@ class Worker:
     def run(self, task: Task, deadline: float | None = None) -> None:
         """Run one task to its end (or the deadline / a stop request); always ends with a `done` message, which
         carries the task's seconds and, for generation, where they went besides the rows (`spent`)."""
-        exhausted = False
+        exhausted = self.stalled = False
+        self.builds = task.builds
         started = time.perf_counter()
         self.spent = dict.fromkeys(SPENT, 0.0)
         self.claims.slots = max(1, task.slots or self.config.compile_slots)  # the driver's budget as it stands now
@@ -296,8 +310,8 @@ class Worker:
             self._deferred(task, deadline)
         else:
             self._replay(task, deadline)
-        self.send({"type": "done", "exhausted": exhausted, "backend": task.backend, "kind": task.kind.value,
-                   "task_s": time.perf_counter() - started, **self.spent})
+        self.send({"type": "done", "exhausted": exhausted, "stalled": self.stalled, "backend": task.backend,
+                   "kind": task.kind.value, "task_s": time.perf_counter() - started, **self.spent})
 
     # --- tasks ----------------------------------------------------------------------------------
     def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[tuple[str, str] | None, Claim | None]:
@@ -312,6 +326,8 @@ class Worker:
             return None, None
         text, unit = gated
         built_here = unit in built or self.claims.is_built(backend.name, unit)
+        if not built_here and not self.builds:  # near the campaign's end: a build would outlast it
+            return gated, None
         if built_here and backend.loads_in_process:  # a load on this worker's own core: no slot (Backend)
             return None, None
         claim = self.claims.slot_only() if built_here else self.claims.claim(
@@ -353,9 +369,9 @@ class Worker:
 
     def _generate(self, task: Task, deadline: float | None) -> bool:
         setup = time.perf_counter()
-        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour)
+        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour, task.pins_of)
         fresh = _Fresh(prefix)
-        state = {"index": 0, "stopped": False}
+        state = {"index": 0, "stopped": False, "waiting": 0}
         built = frozenset(task.built)
         drawn = time.perf_counter()  # when the previous case's turn ended: hypothesis draws the next one from here
         self.spent["setup_s"] += drawn - setup  # the strategy and its fixed prefix, once per process and strategy
@@ -381,12 +397,19 @@ class Worker:
                 spend("skipped_draw_s")
                 return
             where = {"backend": task.backend, "shard": task.shard, "index": i, "shard_size": task.size}
+            if task.pins_of:
+                where["pins_of"] = task.pins_of  # rows, waiting cases' rows too, say it: resume and shrinks draw alike
             waits_for, claim = self._defers(backend, case, built) if not self.config.compile_slices else (None, None)
             if waits_for is not None:  # the driver hands it out once the module is built (campaign.compiles)
                 self.send({"type": "deferred", "key": waits_for[0], "unit": waits_for[1], "case": case.to_json(),
                            **where})
                 spend("deferred_draw_s")
+                state["waiting"] += 1
+                if state["waiting"] >= STALL_DRAWS:
+                    state["stopped"] = self.stalled = True
+                    raise _Stop
                 return
+            state["waiting"] = 0
             spend("draw_s")
             row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
@@ -394,8 +417,8 @@ class Worker:
                 row["focus_key"] = task.key  # a focused shard's row (campaign.scheduler.FOCUSED_PER_WHOLE)
                 if task.tour:
                     row["tour"] = True  # of a key nothing was drawn of before (campaign.scheduler.TOUR_SIZE)
-                if (task.backend, task.shard) in self.pins:
-                    row["shape_pins"] = self.pins[task.backend, task.shard]  # its focused shard's pins (fuzz.shapes)
+                if (task.backend, task.pins_of or task.shard) in self.pins:  # its focused shard's pins (fuzz.shapes)
+                    row["shape_pins"] = self.pins[task.backend, task.pins_of or task.shard]
             sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
             spend("evaluated_s")  # the row's own parts and its message
@@ -414,7 +437,7 @@ class Worker:
         return not state["stopped"] and state["index"] < task.size
 
     def _shrink(self, task: Task, deadline: float | None) -> None:
-        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour)
+        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour, task.pins_of)
         fresh = _Fresh(prefix)
         target = tuple(task.signature) if task.signature else None
         where = {"backend": task.backend, "shard": task.shard, "index": task.target, "shard_size": task.size}

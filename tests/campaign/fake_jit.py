@@ -7,7 +7,9 @@ variants (Backend.jit_variant), each for VARIANT_COMPILE_S, and loads one anothe
 (logged to loads.log); `test-fake-jit-in-process-loads` is the same with loads that need no compile slot.
 `test-fake-jit-shapes` also builds, inside any call, one kernel per new shape (head counts and window), as vLLM's
 Triton kernels do, for SHAPE_COMPILE_S, and declares those fields (Backend.jit_shape_per: focused shards pin them);
-`test-fake-jit-shapes-unpinned` is the same without the declaration."""
+`test-fake-jit-shapes-unpinned` is the same without the declaration. `test-fake-jit-pinned-variants` is the CuTe DSL's
+case (FA4): a gated variant per (dtype, head size, GQA ratio, attention type), loaded in process, whose fields beyond
+the key a focused shard pins (Backend.jit_shape_per), so a shard's first case may wait for its variant's build."""
 from __future__ import annotations
 
 import os
@@ -102,5 +104,17 @@ class FakeJitShapesUnpinned(FakeJitShapes):
     jit_shape_per = ()
 
 
+class FakeJitPinnedVariants(FakeJitInProcessLoads):
+    name = "test-fake-jit-pinned-variants"
+    jit_shape_per = ("heads", "attn_types")
+
+    def module(self, case) -> str:
+        return "-".join(map(str, self.jit_variant(case)))
+
+    def jit_variant(self, case) -> tuple:
+        return (case.dtype.value, case.head_size, case.num_heads // case.num_kv_heads, case.attn_type.value)
+
+
 def backends():
-    return [FakeJit(), FakeJitVariants(), FakeJitInProcessLoads(), FakeJitShapes(), FakeJitShapesUnpinned()]
+    return [FakeJit(), FakeJitVariants(), FakeJitInProcessLoads(), FakeJitShapes(), FakeJitShapesUnpinned(),
+            FakeJitPinnedVariants()]

@@ -118,7 +118,7 @@ def test_a_worker_s_new_shards_focus_on_keys_it_has_loaded_two_per_whole_space_o
     # ahead), the least focused key first
     assert FOCUSED_PER_WHOLE == 2
     assert keys == ["", "", "k1", "k2", "k1", "k2", "", "k1", "k2", "", "k1", "k2"]
-    assert s.focus_of("jit", 2) == ("k1", False) and s.focus_of("jit", 6) == ("", False)  # shrinks draw as their shard did
+    assert s.focus_of("jit", 2) == ("k1", False, 0) and s.focus_of("jit", 6) == ("", False, 0)  # shrinks draw as their shard did
 
 
 def test_a_compile_task_runs_beside_generation_in_each_free_slot():

@@ -69,13 +69,16 @@ def test_a_shard_cut_short_continues_where_it_stopped():
 
 
 def test_resume_continues_partial_shards_and_reaches_the_budget():
-    s = Scheduler(["a"], examples=34, shard_size=10, done={("a", 0): (10, 10, "", False), ("a", 1): (4, 10, '["k"]', False),
-                                                           ("a", 2): (1, 4, '["t"]', True)})
+    s = Scheduler(["a"], examples=34, shard_size=10, done={("a", 0): (10, 10, "", False, 0),
+                                                           ("a", 1): (4, 10, '["k"]', False, 0),
+                                                           ("a", 2): (1, 4, '["t"]', True, 0),
+                                                           ("a", 4): (3, 10, '["k"]', False, 1)})
     s.add_worker(0)
     tasks = _drain(s)
     assert (tasks[0].shard, tasks[0].start, tasks[0].key) == (1, 4, '["k"]')  # a focused shard draws as it did
     assert (tasks[1].shard, tasks[1].start, tasks[1].tour) == (2, 1, True)  # a tour draws without the prefix again
-    assert s.generated("a") == 34 and [t.shard for t in tasks] == [1, 2, 3]
+    assert (tasks[2].shard, tasks[2].start, tasks[2].pins_of) == (4, 3, 1)  # with the pins it drew
+    assert s.generated("a") == 34 and [t.shard for t in tasks] == [1, 2, 4]
 
 
 def test_resume_reads_each_shard_s_progress_and_focus_from_the_rows():
@@ -86,8 +89,10 @@ def test_resume_reads_each_shard_s_progress_and_focus_from_the_rows():
     rows.append({"phase": "generate", "backend": "a", "shard": 2, "index": 5, "shard_size": 10, "run": 2})
     rows.append({"phase": "generate", "backend": "a", "shard": 3, "index": 2, "shard_size": 4, "run": 2,
                  "focus_key": '["t"]', "tour": True})
-    assert resume_state(rows) == ({("a", 1): (3, 10, '["k"]', False), ("a", 2): (5, 10, "", False),
-                                   ("a", 3): (2, 4, '["t"]', True)}, 3)
+    rows.append({"phase": "generate", "backend": "a", "shard": 4, "index": 6, "shard_size": 10, "run": 2,
+                 "focus_key": '["k"]', "pins_of": 1, "deferred": True})  # a waiting case's row says its pins too
+    assert resume_state(rows) == ({("a", 1): (3, 10, '["k"]', False, 0), ("a", 2): (5, 10, "", False, 0),
+                                   ("a", 3): (2, 4, '["t"]', True, 0), ("a", 4): (6, 10, '["k"]', False, 1)}, 3)
 
 
 def test_an_exhausted_shard_moves_its_budget_to_a_new_one():

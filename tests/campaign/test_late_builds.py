@@ -1,0 +1,47 @@
+"""No build that would outlast a time-boxed campaign (campaign.compiles.BuildTimes): near the end a backend's compile
+tasks stop and its generation tasks' first calls do not build, while loads and evaluation go on."""
+from __future__ import annotations
+
+from campaign.compiles import BUILD_QUANTILE, BUILD_SAMPLES, BuildTimes
+from campaign.scheduler import Scheduler
+from campaign.tasks import Task, TaskKind, WorkerConfig
+from campaign.worker import Worker
+
+
+def test_a_backend_is_late_once_less_time_is_left_than_its_first_calls_take():
+    times = BuildTimes()
+    for s in [0.1] * 8 + [100.0, 120.0]:
+        times.record("fi", s)
+    for s in [0.1] * (BUILD_SAMPLES - 1):
+        times.record("few", 50.0)
+    assert BUILD_QUANTILE == 0.9 and times.expected("fi") == 100.0  # the 9th of 10 sorted: the slow builds count
+    assert times.expected("few") is None  # too few to tell
+    assert times.late(99.0) == {"fi"} and times.late(101.0) == set()
+
+
+def test_a_late_backend_gets_no_compile_task_its_built_modules_cases_still_go_out():
+    s = Scheduler(["jit", "other"], examples=None, shard_size=5, compile_slots=3)
+    for wid in range(2):
+        s.add_worker(wid)
+    s.defer("jit", "k1", "case-1", {"shard": 1, "index": 1, "shard_size": 5})
+    s.defer("other", "k2", "case-2", {"shard": 1, "index": 1, "shard_size": 5})
+    s.late = {"jit"}
+    compile_tasks = [t for _, t in s.schedule() if t.kind == TaskKind.DEFERRED]
+    assert [(t.backend, t.needs_slot) for t in compile_tasks] == [("other", True)]
+    s.key_built("jit", "k1")  # built elsewhere: its cases are a load, not a build
+    s.task_done(0)
+    s.task_done(1)
+    assert ("jit", "k1") in {(t.backend, t.key) for _, t in s.schedule() if t.kind == TaskKind.DEFERRED}
+
+
+def test_a_task_that_may_not_build_defers_the_cases_of_unbuilt_modules(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    sent: list[dict] = []
+    worker = Worker(WorkerConfig(cache_dir=str(tmp_path / "c"), specs=("tests.campaign.fake_jit:backends",),
+                                 limits={"tiers": ["small"]}), send=sent.append)
+    worker.run(Task(TaskKind.GENERATE, "test-fake-jit", shard=3, size=4, start=0, builds=False))
+    assert [m["type"] for m in sent if m["type"] in ("row", "deferred")] == ["deferred"] * 4
+    assert not (tmp_path / "builds.log").exists()
+    sent.clear()
+    worker.run(Task(TaskKind.GENERATE, "test-fake-jit", shard=3, size=4, start=0))  # free slots: it builds
+    assert [m for m in sent if m["type"] == "row"] and (tmp_path / "builds.log").exists()

@@ -1,0 +1,118 @@
+"""Focused shards of a backend whose JIT builds per pinned shape (FA4's variants: fuzz.shapes, Backend.jit_variant):
+a shard whose draws keep waiting for modules ends early (campaign.worker.STALL_DRAWS), and new focused shards mostly
+draw the pins of a shard that got rows (campaign.scheduler.REUSED_PINS_PER_FRESH), so their variant is built."""
+from __future__ import annotations
+
+import json
+
+from campaign.scheduler import REUSED_PINS_PER_FRESH, Scheduler
+from campaign.tasks import Task, TaskKind, WorkerConfig
+from campaign.worker import STALL_DRAWS, Worker
+
+SPEC = ("tests.campaign.fake_jit:backends",)
+KEY = '["float32", [64, 64]]'
+LIMITS = {"tiers": ["small"], "features": ["context", "gqa", "mqa", "encoder_decoder", "encoder_only"]}
+
+
+def _worker(tmp_path, monkeypatch, sent: list) -> Worker:
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    return Worker(WorkerConfig(cache_dir=str(tmp_path / "c"), specs=SPEC, limits=LIMITS), send=sent.append)
+
+
+def test_a_shard_whose_draws_all_wait_ends_after_stall_draws(tmp_path, monkeypatch):
+    """Every compile slot busy (no claim): the shard's draws all wait, and the task ends after STALL_DRAWS of them,
+    saying so; where waiting draws alternate with evaluated ones it runs to its size."""
+    sent: list[dict] = []
+    worker = _worker(tmp_path, monkeypatch, sent)
+    monkeypatch.setattr(worker.claims, "claim", lambda *a, **k: None)
+    worker.run(Task(TaskKind.GENERATE, "test-fake-jit-pinned-variants", shard=3, size=60, start=0))
+    waited = [m for m in sent if m["type"] == "deferred"]
+    done, = [m for m in sent if m["type"] == "done"]
+    assert len(waited) == STALL_DRAWS and done["stalled"] and not done["exhausted"]
+    assert not [m for m in sent if m["type"] == "row"]
+
+    sent.clear()
+    turns = iter(range(1000))
+    monkeypatch.setattr(worker, "_defers", lambda backend, case, built: (
+        (("k", "u"), None) if next(turns) % 2 else (None, None)))
+    worker.run(Task(TaskKind.GENERATE, "test-fake-jit", shard=4, size=24, start=0))
+    rows = [m for m in sent if m["type"] == "row"]
+    done, = [m for m in sent if m["type"] == "done"]
+    assert not done["stalled"] and len(rows) + len([m for m in sent if m["type"] == "deferred"]) == 24
+
+
+def test_a_shard_drawing_another_s_pins_draws_its_shape_with_its_own_seed(tmp_path, monkeypatch):
+    """pins_of: shard 7 draws shard 5's pinned shape (the same strategy in the process), its own cases, not the
+    simplest ones shard 5 drew first (the fixed prefix); its rows say whose pins they drew, so a resume and its
+    shrinks draw alike."""
+    sent: list[dict] = []
+    worker = _worker(tmp_path, monkeypatch, sent)
+    name = "test-fake-jit-pinned-variants"
+    for shard, pins_of in ((5, 0), (7, 5), (8, 0)):
+        worker.run(Task(TaskKind.GENERATE, name, shard=shard, size=8, start=0, key=KEY, pins_of=pins_of))
+    rows = [m["row"] for m in sent if m["type"] == "row"]
+    by_shard: dict[int, list] = {}
+    for r in rows:
+        case = json.loads(r["case"])
+        by_shard.setdefault(r["shard"], []).append(((case["num_heads"], case["num_kv_heads"], case["attn_type"]), r))
+    assert set(by_shard) == {5, 7, 8}, "a shard without rows: the test would prove nothing"
+    shape = {j: {s for s, _ in v} for j, v in by_shard.items()}
+    assert len(shape[5]) == 1 and shape[7] == shape[5]
+    assert {r["shape_pins"] for _, r in by_shard[7]} == {r["shape_pins"] for _, r in by_shard[5]}
+    assert all(r.get("pins_of") == 5 for _, r in by_shard[7]) and not any("pins_of" in r for _, r in by_shard[5])
+    # its own seed's cases, past the simplest ones hypothesis draws whatever the seed, which shard 5 evaluated
+    assert not {r["case"] for _, r in by_shard[7]} & {r["case"] for _, r in by_shard[5]}
+    assert worker._backend(name, 7, KEY, pins_of=5)[1] is worker._backend(name, 5, KEY)[1]
+    assert worker._backend(name, 8, KEY)[1] is not worker._backend(name, 5, KEY)[1]
+
+
+def test_new_focused_shards_mostly_borrow_the_pins_of_shards_that_got_rows_and_a_stalled_shard_closes():
+    s = Scheduler(["jit"], examples=None, shard_size=5)
+    s.add_worker(0)
+    focused: list[tuple[int, int]] = []  # (shard, pins_of) in the order they went out
+    stalled_shard = None
+    for n in range(40):
+        (wid, task), = s.schedule()
+        if task.shard == 0:
+            s.key_built("jit", KEY, wid=0)
+        if task.key:
+            focused.append((task.shard, task.pins_of))
+        if task.key and not task.pins_of and stalled_shard is None and len(focused) > 3:
+            stalled_shard = task.shard  # its draws all waited: no row
+            s.defer("jit", KEY, "case", {"shard": task.shard, "index": STALL_DRAWS, "shard_size": task.size})
+            s.task_done(wid, stalled=True)
+            continue
+        s.example_done("jit", task.shard, task.size)
+        s.task_done(wid)
+    assert stalled_shard is not None and s.shards["jit"][stalled_shard].closed
+    assert all(t.shard != stalled_shard for t in [s._generate_for("jit")])  # not taken up again
+    sources = {j for j, p in focused if p}
+    rows_of = {j for j, p in focused if j != stalled_shard}
+    assert sources and sources <= rows_of and stalled_shard not in sources
+    for i in range(1, len(focused) + 1):  # at every point, at most REUSED_PINS_PER_FRESH borrowed per fresh shard
+        fresh = sum(1 for _, p in focused[:i] if not p)
+        assert sum(1 for _, p in focused[:i] if p) <= REUSED_PINS_PER_FRESH * fresh
+    assert sum(1 for _, p in focused if p) >= len(focused) // 2  # most of them, once shards got rows
+    assert len(sources) >= 2  # spread over the shapes that got rows
+
+
+def test_a_worker_borrows_the_pins_it_has_drawn_before():
+    """Its variant is loaded there already: FA4 loads one another process built in 2-5 s per process."""
+    s = Scheduler(["jit"], examples=None, shard_size=5)
+    for wid in (0, 1):
+        s.add_worker(wid)
+        s.key_built("jit", KEY, wid=wid)
+    ran: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+    for _ in range(30):
+        for wid, task in s.schedule():
+            if task.key:
+                ran[wid].append((task.shard, task.pins_of))
+            s.example_done("jit", task.shard, task.size)
+            s.task_done(wid)
+    for wid in (0, 1):
+        here: set[int] = set()  # the shapes this worker has drawn (every shard got rows here)
+        for shard, pins_of in ran[wid]:
+            if pins_of and here:
+                assert pins_of in here, (wid, ran)
+            here.add(pins_of or shard)
+        assert any(p for _, p in ran[wid]) and len(here) >= 2, ran
