@@ -25,7 +25,7 @@ from hypothesis.errors import Unsatisfiable
 from backends.registry import get
 from fuzz.compare import Evaluation, base_row, evaluate
 from fuzz.judge import Verdict
-from fuzz.ledger import known_for
+from fuzz.ledger import known_crash_for, known_for
 from fuzz.shapes import pin_shape, pins_text
 from fuzz.simplify import simplify
 from fuzz.strategies import Limits, cases, compile_key, compile_slices, key_limits, warm_up
@@ -70,6 +70,12 @@ class StickyDeviceError(Exception):
 STEADY_MAX_EXAMPLES = 100
 PREFIX_DRAWS = 12  # early draws per calibration seed
 PREFIX_SEEDS = 16  # calibration seeds: a case 2 of them draw early is skipped
+# A borrowed pinned shape's prefix (one key, one shape: few simplest cases) needs fewer: without one, 190 of 1,400 early
+# draws of fa4-varlen shards borrowing a shape repeated the first shard's; with 4 seeds none did, in 0.08 s against
+# 0.39 s with 16 on the 2-core CPU (benchmarks/pinned_prefix.py, results/throughput/pinned-prefix-cpu-2026-11-27.md).
+# On an H200 a borrowing shard's 16-seed prefix raised FA4's strategy setup from 1.5-2.1 % to 3.5-4.0 % of worker time
+# (campaigns/jit-untold-cold-warm-h200-2026-11-27.md).
+PINNED_PREFIX_SEEDS = 4
 
 
 class _Fresh:
@@ -201,18 +207,18 @@ class Worker:
         if shard == 0 or tour or (pinned and not pins_of):
             return backend, strategy, frozenset()
         if (name, which) not in self._prefixes:
-            self._prefixes[name, which] = self._fixed_prefix(strategy)
+            self._prefixes[name, which] = self._fixed_prefix(strategy, PINNED_PREFIX_SEEDS if pinned else PREFIX_SEEDS)
         return backend, strategy, self._prefixes[name, which]
 
     @staticmethod
-    def _fixed_prefix(strategy) -> frozenset[str]:
+    def _fixed_prefix(strategy, seeds: int = PREFIX_SEEDS) -> frozenset[str]:
         """Cases hypothesis draws early whatever the seed (its simplest examples, which every shard would
         start with again): those 2 of PREFIX_SEEDS seeds draw among their first PREFIX_DRAWS, at a shard's
         max_examples. Shard 0 evaluates them; later shards skip them. Measured: 11-16 % of generated rows repeated
         an earlier case without this; 2.0-3.6 % on the GPU and 2.2-2.4 % in benchmarks/repeats.py with 4 seeds
         drawing at max_examples 12; 0.2-0.4 % now (about 1 s per strategy and process)."""
         counts: Counter[str] = Counter()
-        for s in range(1, PREFIX_SEEDS + 1):
+        for s in range(1, seeds + 1):
             drawn: list[str] = []
 
             def draw(case: Case) -> None:
@@ -228,8 +234,8 @@ class Worker:
         return frozenset(case for case, n in counts.items() if n >= 2)
 
     def _evaluate(self, backend, case: Case, where: dict, check_blind: bool = True) -> tuple[dict, Evaluation | None]:
-        known = known_for(backend.name, case)
-        if known is not None and known.crashes:
+        known = known_crash_for(backend.name, case)
+        if known is not None:
             row = base_row(backend, case)
             row.update(verdict=Verdict.CRASH.value, symptom="crash", known_issue=known.link,
                        message=f"known crash, not launched: {known.summary}")
@@ -259,6 +265,11 @@ class Worker:
                 row["first_of_key"] = True
                 # a backend that does not time its first call apart (vLLM's Triton kernels): the whole call was the build
                 row.setdefault("compile_s", row.get("kernel_s") or 0.0)
+        started = time.perf_counter()
+        # a case the backend does not take (no inputs drawn) is no evidence about a finding
+        known = None if evaluation.inputs is None else known_for(backend.name, case, evaluation.inputs)
+        if "compare_s" in row:  # judging against the ledger is part of the comparison
+            row["compare_s"] += time.perf_counter() - started
         if known is not None:
             failing = Verdict(row["verdict"]).is_failure
             if not failing or known.explains_row(row):

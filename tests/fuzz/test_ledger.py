@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 import reference as r
 from backends.registry import builtin_backends
-from fuzz.ledger import KNOWN, SINK_OVERFLOW, Finding, largest_sink_excess
+from fuzz.ledger import KNOWN, SINK_OVERFLOW, Finding, known_crash_for, known_for, largest_sink_excess
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
 
 
@@ -64,6 +64,22 @@ def test_sink_excess_equals_the_oracles_softmax_form(case, sink):
     with mock.patch.object(oracle_module, "CHUNK_ELEMENTS", 1):  # one query row per chunk: the same maximum
         chunked = largest_sink_excess(case)
         assert (chunked == got == -math.inf) or abs(chunked - got) < 1e-12
+    # over the evaluation's own inputs (a campaign worker's: not drawn again), the same value
+    again = largest_sink_excess(case, r.materialize(case))
+    assert (again == got == -math.inf) or again == got
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(ORACLE_CAPS, SMALL))
+def test_the_norms_bound_lies_below_every_visible_score(case):
+    """score_floor (the sink overflow's shortcut) against the scores themselves: with zero sinks the largest excess is
+    minus the smallest row maximum, which the floor must not exceed."""
+    from fuzz.ledger import score_floor
+
+    zero = case.replace(sinks=(0.0,) * case.num_heads)
+    inputs = r.materialize(zero)
+    lowest_row_max = -largest_sink_excess(zero, inputs)
+    assert score_floor(zero, inputs) <= lowest_row_max + 1e-9
 
 
 def test_sink_overflow_threshold_is_128_ln2_above_the_rows_score():
@@ -90,7 +106,7 @@ def test_flashmla_fp8_crash_is_known_only_for_an_fp8_cache_with_a_sequence_witho
     import json
     import os
 
-    from fuzz.ledger import known_for
+
 
     path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results", "cases",
                         "vllm-flashmla-fp8-zero-keys-illegal-access.json")
@@ -104,3 +120,18 @@ def test_flashmla_fp8_crash_is_known_only_for_an_fp8_cache_with_a_sequence_witho
                                               for s in case.sequences))
     assert known_for("vllm-flashmla", with_keys) is None
     assert known_for("vllm-triton-mla", case) is None
+    assert known_crash_for("vllm-flashmla", case) is known_for("vllm-flashmla", case)
+
+
+def test_only_crash_entries_are_checked_before_a_launch_and_input_predicates_read_the_given_inputs():
+    """known_crash_for reads the case alone (before the launch); known_for hands an inputs predicate the evaluation's
+    tensors, so FA4's sink overflow is judged on the inputs the kernel ran, without drawing them again."""
+    one = r.Case(sequences=(r.SequenceSpec(query_len=1),), num_heads=1, num_kv_heads=1, head_size=4,
+                 dtype=r.DType.FLOAT32, sinks=(500.0,))
+    assert known_crash_for("fa4-varlen", one) is None
+    assert known_for("fa4-varlen", one).link.endswith("/pull/2752")
+    inputs = r.materialize(one)
+    drawn = []
+    with mock.patch("fuzz.ledger.materialize", side_effect=lambda *a, **k: drawn.append(a)):
+        assert known_for("fa4-varlen", one, inputs).link.endswith("/pull/2752")
+    assert not drawn
