@@ -3,8 +3,9 @@ prefixes of a few calibration seeds (campaign.worker.PINNED_PREFIX_SEEDS), and w
 
 Usage: python benchmarks/pinned_prefix.py [--backend fa4-varlen] [--keys 5] [--shards 8] [--draws 40] [--seeds 4 16]
 
-For --keys of the backend's declared compile keys (every eighth), one pinned shape each (fuzz.shapes.pin_shape), --shards
-shards draw --draws cases each, as campaign workers draw them (their seeds, max_examples and hypothesis' constants).
+For --keys of the backend's declared compile keys (every eighth), one pinned shape each (fuzz.shapes.pin_shape),
+--shards shards draw --draws cases each, as campaign workers draw them (max_examples above hypothesis' steady order,
+its constants pinned).
 Prints, per prefix size, the later shards' draws that repeat the first shard's and the prefix's seconds per shape.
 """
 from __future__ import annotations

@@ -20,6 +20,11 @@ cases of one compile key the worker has loaded, so workers evaluate while few of
 third is a tour while keys are undrawn, then, once every key has been drawn, the whole space while the build queue
 runs short.
 
+A backend whose focused shards pin a shape (Backend.jit_shape_per) gets two of every three of a key's focused shards with
+the pins of a shard of that key that got rows (REUSED_PINS_PER_FRESH), one the asking worker ran first; a shard whose
+draws all wait ends early (the worker's `stalled`), as an exhausted one. Backends in `late` get no compile task: their
+builds would outlast the campaign (campaign.compiles.BuildTimes).
+
 With --compile-slices, a JIT backend's space is cut into compile slices (Backend.compiled_per and
 compiled_features: one dtype, head size, kv dtype and set of compile-keyed features each): shard j >= 1
 draws from slice (j - 1) % n, and a worker gets shards of the slice it drew last
@@ -86,8 +91,8 @@ class Scheduler:
                  shrink_share: float = 0.25, slices: dict[str, int] | None = None,
                  declared: dict[str, list[str]] | None = None, compile_slots: int = 0) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
-        shard size, focus key, tour, the shard whose pins it draws) from an earlier run being resumed; `replays`: saved case JSONs per backend;
-        `slices`: the number of compile slices per JIT backend (others: 1); `declared`: a JIT backend's compile keys
+        shard size, focus key, tour, the shard whose pins it draws) from an earlier run being resumed; `replays`: saved
+        case JSONs per backend; `slices`: the number of compile slices per JIT backend (others: 1); `declared`: a JIT backend's compile keys
         within the campaign's focus (tour shards draw each); `compile_slots`: the campaign's compile slots
         (campaign.claims); all but one run compile tasks beside generation (0: compile tasks only once generation
         is over)."""
@@ -412,8 +417,8 @@ class Scheduler:
         return "", False
 
     def focus_of(self, backend: str, shard: int) -> tuple[str, bool, int]:
-        """(the compile key shard `shard` of `backend` focuses on, "" for the whole space; whether it is a tour; the shard
-        whose pins it draws, 0: its own): its shrinks draw alike."""
+        """(the compile key shard `shard` of `backend` focuses on, "" for the whole space; whether it is a tour; the
+        shard whose pins it draws, 0: its own): its shrinks draw alike."""
         s = self.shards.get(backend, {}).get(shard)
         return (s.key, s.tour, s.pins_of) if s is not None else ("", False, 0)
 

@@ -135,7 +135,8 @@ def resume_state(rows: list[dict]) -> tuple[dict[tuple[str, int], tuple[int, int
         key = (r["backend"], int(r["shard"]))
         n, size, focus, tour, pins_of = done.get(key, (0, int(r.get("shard_size") or 0), "", False, 0))
         done[key] = (max(n, int(r.get("index") or 0)), max(size, int(r.get("shard_size") or 0)),
-                     focus or r.get("focus_key") or "", tour or bool(r.get("tour")), pins_of or int(r.get("pins_of") or 0))
+                     focus or r.get("focus_key") or "", tour or bool(r.get("tour")),
+                     pins_of or int(r.get("pins_of") or 0))
     return done, run + 1
 
 

@@ -93,9 +93,9 @@ def largest_sink_excess(case: Case, inputs: Inputs | None = None) -> float:
 
 
 def score_floor(case: Case, inputs: Inputs) -> float:
-    """A lower bound of every visible score, in float64, from norms alone: q.k x scale >= -scale |q| |k| (Cauchy-Schwarz;
-    a soft-cap keeps it above -cap), less the largest |ALiBi| term (|slope| times a distance below kv_len + query_len)
-    and the largest |bias|."""
+    """A lower bound of every visible score, in float64, from norms alone: q.k x scale >= -scale |q| |k|
+    (Cauchy-Schwarz; a soft-cap keeps it above -cap), less the largest |ALiBi| term (|slope| times a distance below
+    kv_len + query_len) and the largest |bias|."""
     query = query_for_oracle(inputs, torch.float64)
     keys = [sequence_kv(inputs, i, torch.float64)[0] for i in range(len(case.sequences))]
     largest_k = max((float(k.norm(dim=-1).max()) for k in keys if k.numel()), default=0.0)
