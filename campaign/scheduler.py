@@ -21,7 +21,7 @@ third is a tour while keys are undrawn, then, once every key has been drawn, the
 runs short.
 
 A backend whose focused shards pin a shape (Backend.jit_shape_per) gets two of every three of a key's focused shards with
-the pins of a shard of that key that got rows (REUSED_PINS_PER_FRESH), one the asking worker ran first; a shard whose
+the pins of a shard of that key that got rows (campaign.pins), one the asking worker ran first; a shard whose
 draws all wait ends early (the worker's `stalled`), as an exhausted one. Backends in `late` get no compile task: their
 builds would outlast the campaign (campaign.compiles.BuildTimes).
 
@@ -38,6 +38,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from .compiles import Backlog
+from .pins import FocusedShard, PinLender
 from .tasks import Task, TaskKind
 
 
@@ -64,12 +65,6 @@ TOUR_SIZE = 2
 # builds the compile slots bound. One tour per two focused shards drew 78 of vLLM's 1,536 unified-attention keys and
 # 95 of FA4's 2,304 in ten minutes on an H100 (campaigns/jit-untold-h100-2026-11-26.md).
 TOUR_SHARE = 0.5
-# A backend whose focused shards pin a shape (Backend.jit_shape_per, fuzz.shapes) gets, per focused shard of a key with
-# fresh pins, up to this many that draw the pins of a shard of that key which got rows (its variant is built): fresh
-# pins mostly name a variant no one built, and such a shard's draws wait. On an H200, FA4's 10-minute untold campaigns
-# drew 83,000-84,000 cases that waited, 6 ms each, 51,260 and 27,738 of them dropped: 12 % of the workers' time
-# (campaigns/jit-untold-side-by-side-h200-2026-11-27.md).
-REUSED_PINS_PER_FRESH = 2
 
 
 @dataclass
@@ -129,8 +124,7 @@ class Scheduler:
         self.compile_slots = compile_slots
         self.compiling: set[int] = set()  # workers running a compile task beside generation
         self.slots_busy = False  # a compile task found no free slot: none goes out before a first call ends
-        # (backend, compile key) -> the shards whose pinned shapes got rows, in order (REUSED_PINS_PER_FRESH)
-        self.productive: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.pins = PinLender()
         self.late: set[str] = set()  # backends whose builds would outlast the campaign (campaign.compiles.BuildTimes)
 
     # --- events ---------------------------------------------------------------------------------
@@ -143,9 +137,8 @@ class Scheduler:
         s = self.shards.get(backend, {}).get(shard)
         if s is not None:
             s.done = max(s.done, index)
-            source = s.pins_of or shard
-            if s.key and not s.tour and source not in self.productive[backend, s.key]:
-                self.productive[backend, s.key].append(source)
+            if s.key and not s.tour:
+                self.pins.got_rows(backend, s.key, shard, s.pins_of)
         self.generated_rows += 1
 
     def shrink_example_done(self) -> None:
@@ -370,19 +363,11 @@ class Scheduler:
                     tour=tour, pins_of=pins_of)
 
     def _pins_for(self, backend: str, key: str, wid: int | None) -> int:
-        """The shard whose pinned shape a new focused shard of `key` draws (0: its own, fresh pins): while the key's
-        shards with borrowed pins are fewer than REUSED_PINS_PER_FRESH per fresh one, the pins of a shard that got rows,
-        one `wid` has drawn first (its variant is loaded there: FA4 loads one in 2-5 s per process on an H100), then the
-        least borrowed. A backend that pins nothing ignores it (campaign.worker)."""
-        sources = self.productive.get((backend, key))
-        if not sources:
-            return 0
-        focused = {j: s for j, s in self.shards[backend].items() if j > 0 and s.key == key and not s.tour}
-        borrowed = [s.pins_of for s in focused.values() if s.pins_of]
-        if len(borrowed) >= REUSED_PINS_PER_FRESH * (len(focused) - len(borrowed)):
-            return 0
-        here = {s.pins_of or j for j, s in focused.items() if s.worker == wid}
-        return min(sources, key=lambda j: (j not in here, borrowed.count(j), sources.index(j)))
+        """The shard whose pins a new focused shard of `key` draws (0: fresh pins; campaign.pins). A backend that pins
+        nothing ignores it (campaign.worker)."""
+        focused = [FocusedShard(j, s.pins_of, s.worker) for j, s in self.shards[backend].items()
+                   if j > 0 and s.key == key and not s.tour]
+        return self.pins.lend(backend, key, focused, wid)
 
     def _focus(self, backend: str, wid: int | None) -> tuple[str, bool]:
         """(the compile key a new shard of `backend` draws, whether it is a tour shard). A tour of a declared key

@@ -1,11 +1,12 @@
 """Focused shards of a backend whose JIT builds per pinned shape (FA4's variants: fuzz.shapes, Backend.jit_variant):
 a shard whose draws keep waiting for modules ends early (campaign.worker.STALL_DRAWS), and new focused shards mostly
-draw the pins of a shard that got rows (campaign.scheduler.REUSED_PINS_PER_FRESH), so their variant is built."""
+draw the pins of a shard that got rows (campaign.pins.REUSED_PINS_PER_FRESH), so their variant is built."""
 from __future__ import annotations
 
 import json
 
-from campaign.scheduler import REUSED_PINS_PER_FRESH, Scheduler
+from campaign.pins import REUSED_PINS_PER_FRESH
+from campaign.scheduler import Scheduler
 from campaign.tasks import Task, TaskKind, WorkerConfig
 from campaign.worker import STALL_DRAWS, Worker
 
