@@ -18,6 +18,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +29,10 @@ from benchmarks.jit_campaign import load, per_backend, worker_time  # noqa: E402
 STANDINS = ROOT / "tests" / "campaign" / "fake_jit.py"
 
 
-def run(tree: Path, backend: str, seconds: int, workers: int, seed: int, after: float) -> dict:
+@contextmanager
+def standin_campaign(tree: Path, backend: str, seconds: int, workers: int, seed: int) -> Iterator[Path]:
+    """An untold `attnref fuzz` of stand-in `backend` by the checkout `tree`, in a fresh folder it yields: the results
+    under out/, the stand-ins' build logs ($FAKE_JIT_DIR) beside them."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         spec = tmp / "standin"  # this tree's stand-ins, importable beside either tree's packages
@@ -38,6 +43,11 @@ def run(tree: Path, backend: str, seconds: int, workers: int, seed: int, after: 
                         "--backend", backend, "--time", str(seconds), "--workers", str(workers), "--seed", str(seed),
                         "--out", str(tmp / "out"), "--no-replay", "--cache-dir", str(tmp / "cache"), "--quiet"],
                        cwd=tree, env=env, check=False, capture_output=True)
+        yield tmp
+
+
+def run(tree: Path, backend: str, seconds: int, workers: int, seed: int, after: float) -> dict:
+    with standin_campaign(tree, backend, seconds, workers, seed) as tmp:
         rows, declared, record = load(tmp / "out")
     t = next(t for t in per_backend(rows, declared, record) if t["backend"] == backend)
     w = worker_time(rows, record, after)

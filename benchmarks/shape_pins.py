@@ -12,25 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks.jit_standin import standin_campaign  # noqa: E402
 PAIR = ("test-fake-jit-shapes", "test-fake-jit-shapes-unpinned")
 
 
 def run(backend: str, seconds: int, workers: int, seed: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        env = dict(os.environ, FAKE_JIT_DIR=str(tmp), PYTHONPATH=str(ROOT))
-        subprocess.run([sys.executable, "-m", "cli", "--backend-spec", "tests.campaign.fake_jit:backends", "fuzz",
-                        "--backend", backend, "--time", str(seconds), "--workers", str(workers), "--seed", str(seed),
-                        "--out", str(tmp / "out"), "--no-replay", "--cache-dir", str(tmp / "cache"), "--quiet"],
-                       cwd=ROOT, env=env, check=False, capture_output=True)
+    with standin_campaign(ROOT, backend, seconds, workers, seed) as tmp:
         rows = [json.loads(line) for line in (tmp / "out" / "rows.jsonl").read_text().splitlines() if line.strip()]
         generated = sorted(r["t"] for r in rows if r.get("phase") == "generate")
         builds = (tmp / "shapes.log").read_text().count("\n") if (tmp / "shapes.log").exists() else 0

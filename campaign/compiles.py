@@ -23,6 +23,7 @@ deferring and 33 with every case compiled where drawn, the same keys built in bo
 """
 from __future__ import annotations
 
+import bisect
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -49,17 +50,18 @@ def key_text(key: tuple) -> str:
 
 
 class BuildTimes:
-    """The seconds of each backend's first calls (builds and loads of modules) as rows bring them."""
+    """The seconds of each backend's first calls (builds and loads of modules) as rows bring them, kept sorted: the
+    driver asks `late` at every turn of its loop."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = defaultdict(list)
 
     def record(self, backend: str, seconds: float) -> None:
-        self.seconds[backend].append(seconds)
+        bisect.insort(self.seconds[backend], seconds)
 
     def expected(self, backend: str) -> float | None:
         """BUILD_QUANTILE of the backend's first calls; None before BUILD_SAMPLES of them."""
-        xs = sorted(self.seconds.get(backend, ()))
+        xs = self.seconds.get(backend, ())
         return xs[int(BUILD_QUANTILE * (len(xs) - 1))] if len(xs) >= BUILD_SAMPLES else None
 
     def late(self, remaining: float) -> set[str]:

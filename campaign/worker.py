@@ -213,7 +213,7 @@ class Worker:
     @staticmethod
     def _fixed_prefix(strategy, seeds: int = PREFIX_SEEDS) -> frozenset[str]:
         """Cases hypothesis draws early whatever the seed (its simplest examples, which every shard would
-        start with again): those 2 of PREFIX_SEEDS seeds draw among their first PREFIX_DRAWS, at a shard's
+        start with again): those 2 of `seeds` calibration seeds draw among their first PREFIX_DRAWS, at a shard's
         max_examples. Shard 0 evaluates them; later shards skip them. Measured: 11-16 % of generated rows repeated
         an earlier case without this; 2.0-3.6 % on the GPU and 2.2-2.4 % in benchmarks/repeats.py with 4 seeds
         drawing at max_examples 12; 0.2-0.4 % now (about 1 s per strategy and process)."""

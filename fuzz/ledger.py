@@ -59,21 +59,29 @@ def _fp8_sequence_without_keys(case: Case) -> bool:
 SINK_OVERFLOW = 128 * math.log(2)
 
 
-def largest_sink_excess(case: Case, inputs: Inputs | None = None) -> float:
+def _widened(case: Case, inputs: Inputs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(the query, each sequence's keys) in float64, as the oracle reads them: the sink check's bound and its scores
+    share one widening."""
+    return (query_for_oracle(inputs, torch.float64),
+            [sequence_kv(inputs, i, torch.float64)[0] for i in range(len(case.sequences))])
+
+
+def largest_sink_excess(case: Case, inputs: Inputs | None = None,
+                        widened: tuple[torch.Tensor, list[torch.Tensor]] | None = None) -> float:
     """max over (token, head) rows that see a key of sinks[h] - (the row's largest visible score), in float64;
     -inf without sinks or when no row sees a key. The scores are the oracle's (`reference.attention.block_scores`), over
-    `inputs` where given (the evaluation's, on their device), else the case's inputs drawn on the CPU."""
+    `inputs` where given (the evaluation's, on their device), else the case's inputs drawn on the CPU; `widened`: their
+    `_widened` form where the caller has it."""
     if case.sinks is None:
         return -math.inf
     inputs = materialize(case) if inputs is None else inputs
-    query = query_for_oracle(inputs, torch.float64)
+    query, keys = widened or _widened(case, inputs)
     masks, positions = sequence_masks(case, query.device)
     sinks = inputs.sinks.to(torch.float64)
     alibi = None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(torch.float64), case.alibi.convention)
     excess = -math.inf
     for i, seq in enumerate(case.sequences):
-        start = int(inputs.query_start_loc[i])
-        k, _ = sequence_kv(inputs, i, torch.float64)
+        start, k = int(inputs.query_start_loc[i]), keys[i]
         if seq.query_len == 0 or k.shape[0] == 0:
             continue
         mask = masks[i]
@@ -92,12 +100,11 @@ def largest_sink_excess(case: Case, inputs: Inputs | None = None) -> float:
     return excess
 
 
-def score_floor(case: Case, inputs: Inputs) -> float:
+def score_floor(case: Case, inputs: Inputs, widened: tuple[torch.Tensor, list[torch.Tensor]] | None = None) -> float:
     """A lower bound of every visible score, in float64, from norms alone: q.k x scale >= -scale |q| |k|
     (Cauchy-Schwarz; a soft-cap keeps it above -cap), less the largest |ALiBi| term (|slope| times a distance below
     kv_len + query_len) and the largest |bias|."""
-    query = query_for_oracle(inputs, torch.float64)
-    keys = [sequence_kv(inputs, i, torch.float64)[0] for i in range(len(case.sequences))]
+    query, keys = widened or _widened(case, inputs)
     largest_k = max((float(k.norm(dim=-1).max()) for k in keys if k.numel()), default=0.0)
     largest_q = float(query.norm(dim=-1).max()) if query.numel() else 0.0
     floor = -abs(case.softmax_scale) * largest_q * largest_k
@@ -117,9 +124,10 @@ def _sink_overflows_float32(case: Case, inputs: Inputs | None = None) -> bool:
     if case.sinks is None:
         return False
     inputs = materialize(case) if inputs is None else inputs
-    if float(inputs.sinks.double().max()) - score_floor(case, inputs) <= SINK_OVERFLOW * (1 - 1e-9):
+    widened = _widened(case, inputs)
+    if float(inputs.sinks.double().max()) - score_floor(case, inputs, widened) <= SINK_OVERFLOW * (1 - 1e-9):
         return False
-    return largest_sink_excess(case, inputs) > SINK_OVERFLOW
+    return largest_sink_excess(case, inputs, widened) > SINK_OVERFLOW
 
 
 KNOWN: tuple[Finding, ...] = (

@@ -7,6 +7,7 @@ non-unit and per-head scales, shuffled block tables with a null block.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, replace
 
@@ -325,15 +326,21 @@ def _ratios(caps: Capabilities, kv: int) -> list[int]:
     return ratios
 
 
+@functools.lru_cache(maxsize=1024)
+def _declared_pins(caps: Capabilities, max_kv_heads: int,
+                   pins: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """The pinned (num_heads, num_kv_heads) pairs that `heads` may draw under `caps`, once per pinned shape."""
+    return tuple(p for p in pins if p in head_pairs(caps, max_kv_heads))
+
+
 @memo
 @st.composite
 def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
     """(num_heads, num_kv_heads) with odd GQA ratios and MQA where declared; one of `limits.heads` where it names
     declared pairs (a pinned shape: fuzz.shapes)."""
-    if limits.heads is not None:
-        pinned = [p for p in limits.heads if p in head_pairs(caps, limits.max_kv_heads)]
-        if pinned:
-            return draw(pick(pinned))
+    pinned = _declared_pins(caps, limits.max_kv_heads, limits.heads) if limits.heads is not None else ()
+    if pinned:
+        return draw(pick(pinned))
     kv = draw(st.integers(1, min(limits.max_kv_heads, caps.max_kv_heads or limits.max_kv_heads)))
     ratio = draw(pick(_ratios(caps, kv)))
     return kv * ratio, kv
