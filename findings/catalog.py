@@ -15,6 +15,7 @@ VLLM_WHOLE = "vllm/whole-backends-h100-2026-11-23.md"
 VLLM_RULES = "vllm/mask-rules-fa4-h100-2026-11-23.md"
 VLLM_MLA = "vllm/mla-h100-2026-11-25.md"
 FI_SM90 = "vllm/flashinfer-sm90-h200-2026-11-26.md"
+OPEN_ROWS = "vllm/open-rows-mla-flashinfer-h100-2026-11-27.md"
 UNTOLD = "reach/untold-h100-2026-11-25.md"
 REACH = "reach/spellings-raw-regions-h100-2026-11-25.md"
 
@@ -255,6 +256,16 @@ VLLM_ROWS = (
           "does not clamp seq_lens.",
           ("vllm-flashmla-fp8-zero-keys-illegal-access.json", "vllm-flashmla-fp8-zero-keys-garbage-rows.json"), VLLM_MLA,
           status="https://github.com/vllm-project/vllm/issues/33664 (fix proposed: vllm#35969); in the ledger"),
+    Entry("vllm-flashmla-fp8-long-queries", D, VLLM,
+          "v1/attention/ops/flashmla.flash_mla_with_kvcache_fp8 (vLLM's dense fp8 FlashMLA extension), causal",
+          "With more than 128 queries per sequence (129, 130, 192, 256; up to 128 all pass) and no cached context, "
+          "the rows of each sequence's first ~64 queries are wrong, the same on every run: output off by 3.5-4.2 and "
+          "LSE by 6.4-8.8 (7-22x the limit), neither the causal nor the unmasked attention. Seen with several "
+          "sequences and 4 to 128 query heads, NORMAL values too; one sequence, 1-2 heads or 200 cached keys pass, and "
+          "the 16-bit kernel over the same inputs is within 0.06x of the limit (tools/probe-flashmla-rows.py). vLLM's "
+          "FLASHMLA decodes at most 128 queries per sequence (reorder_batch_threshold), so its batches stay below; "
+          "fwd_kvcache_mla_fp8 checks no query count.",
+          ("vllm-flashmla-fp8-long-queries-edge-values.json",), OPEN_ROWS),
     Entry("vllm-fa3-mla-canary", D, VLLM, "vllm_flash_attn FA3 with q_v (FLASH_ATTN_MLA), headdim 64 / 512",
           "When one kv head serves more than 64 query rows (queries x heads), a NaN in an unused slot of the last "
           "page reaches the output (FA3 loads the page and multiplies by probability 0): 1,124 of 1,124 NaN rows had "

@@ -5,7 +5,10 @@ against the decoder's bottom-right causal attention (the case's) and against no 
 error; and where the rows past the limit sit in FlashMLA's row order (row = query x heads + head within a sequence,
 `fwd_kvcache_mla_fp8`'s q_seq_per_hk; tiles of 64 rows, its block_size_m).
 
-    python tools/probe-flashmla-rows.py CASE.json [--out rows.csv]
+    python tools/probe-flashmla-rows.py CASE.json [--out rows.csv] [--grid]
+
+--grid runs, instead, every (queries per sequence, cached context, heads) of GRID around the 128-query edge, the
+region vLLM's FLASHMLA reaches (it decodes up to 128 queries per sequence, after cached context).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from reference.attention import attend_sequence, query_for_oracle, sequence_kv  
 from reference.case import Case, KVCacheDType, SequenceSpec, ValueDistribution  # noqa: E402
 
 TILE_M = 64  # FlashMLA's block_size_m (get_mla_decoding_metadata_dense_fp8)
+GRID = {"s_q": (64, 100, 127, 128, 129), "context": (0, 1, 17, 64, 100, 500), "heads": (4, 16, 128)}
 
 
 def variants(case: Case) -> list[tuple[str, Case]]:
@@ -64,6 +68,14 @@ def references(inputs) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
             found[name].append(attend_sequence(q, k, v, seen[None], scale=case.softmax_scale))
     return {name: (torch.cat([o for o, _ in parts]), torch.cat([lse for _, lse in parts]))
             for name, parts in found.items()}
+
+
+def grid(case: Case) -> list[tuple[str, Case]]:
+    """(label, case) for every point of GRID, the saved case's other fields kept."""
+    return [(f"s_q {s} context {c} heads {h}",
+             case.replace(sequences=tuple(SequenceSpec(query_len=s, context_len=c) for _ in case.sequences),
+                          num_heads=h))
+            for s in GRID["s_q"] for c in GRID["context"] for h in GRID["heads"]]
 
 
 def row_errors(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
@@ -116,11 +128,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("case")
     ap.add_argument("--out", default="flashmla-rows.csv")
+    ap.add_argument("--grid", action="store_true")
     a = ap.parse_args()
     saved = json.loads(Path(a.case).read_text())
     backend = get(saved["backend"])
     rows = []
-    for label, case in variants(Case.from_dict(saved["case"])):
+    for label, case in (grid if a.grid else variants)(Case.from_dict(saved["case"])):
         try:
             rows.append(probe(backend, label, case))
         except Exception as e:  # a variant the case checks refuse: say so and go on

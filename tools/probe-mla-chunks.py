@@ -8,7 +8,10 @@ of the MLA prefill backend (`run_prefill_new_tokens`, `run_prefill_context_chunk
 - the running merged output after each chunk against the exact attention over the chunks so far,
 - the final output against the oracle (the harness's error).
 
-    python tools/probe-mla-chunks.py CASE.json [--out chunks.csv]
+    python tools/probe-mla-chunks.py CASE.json [--out chunks.csv] [--save PREFIX]
+
+--save writes the recorded calls (PREFIX-calls.pt, their keys and values apart: PREFIX-k.pt, PREFIX-v.pt, each under
+the 16 MiB a device call brings back for the saved case) to analyse them again on the CPU.
 
 Prints one line per step of the worst sequence and a summary; writes every step of every sequence to --out.
 """
@@ -163,6 +166,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("case")
     ap.add_argument("--out", default="mla-chunks.csv")
+    ap.add_argument("--save", default=None)
     a = ap.parse_args()
     saved = json.loads(Path(a.case).read_text())
     case = Case.from_dict(saved["case"])
@@ -180,7 +184,12 @@ def main() -> None:
     calls = CALLS[starts[-1]:] if starts else CALLS
     print(f"{len(CALLS)} calls recorded, the last forward's: {len(calls)} "
           f"({sum(c['kind'] == 'chunk' for c in calls)} chunks, {sum(c['kind'] == 'merge' for c in calls)} merges)")
-    steps = analyse(calls, case.value_size if case.value_size else case.head_size)
+    if a.save:
+        to_cpu = [{k: v.cpu() if torch.is_tensor(v) else v for k, v in c.items()} for c in calls]
+        for part in ("k", "v"):
+            torch.save([c.pop(part, None) for c in to_cpu], f"{a.save}-{part}.pt")
+        torch.save(to_cpu, f"{a.save}-calls.pt")
+    steps = analyse(calls, case.value_size)
     if not steps:
         print("no chunked context in this case's forward")
         return
