@@ -42,6 +42,7 @@ from .vllm import F16
 from .vllm_attention_layer import _load_scales
 from .vllm_batch import common_metadata, runner_order, token_order
 from .vllm_layers import KV_DTYPE_STRINGS, LAYER, layer_scales, local_model, outputs_of, whole_backend_reason
+from .vllm_mla import FLASHMLA_FP8_PROBABILITIES
 from .vllm_mla_layer_repro import layer as layer_script
 
 # (head_size, value_size) of the case -> (kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
@@ -239,13 +240,15 @@ def vllm_mla_layer_backends() -> list[Backend]:
     triton.compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # Triton specializes on Lk, Lv, cache dtype
     # FLASHMLA: kv_lora_rank 512 only (FlashMLA's 576 / 512), kernel block size 64, fp8 e4m3 with the layer's fp8
     # query (supports_quant_query_input) and bfloat16 output (benchmarks/results/vllm/mla-h100-2026-11-25.md); its
-    # builder decodes uniform batches of up to 128 queries (QueryLenSupport.UNIFORM, reorder_batch_threshold 128)
+    # builder decodes uniform batches of up to 128 queries (QueryLenSupport.UNIFORM, reorder_batch_threshold 128); its
+    # fp8 P.V rounds the probabilities to e4m3 unscaled (FLASHMLA_FP8_PROBABILITIES)
     wide = tuple(pair for pair in MLA_SHAPES if pair[0] == 576)
     flashmla = MLALayerBackend(
         "vllm-layer-flashmla", "vllm.v1.attention.backends.mla.flashmla", "FlashMLABackend",
         replace(_CAPS, head_sizes=(576,), head_size_pairs=wide, block_sizes=(64,),
                 features=_CAPS.features | {Feature.Q_FP8}, fp8_query_only=True,
-                fp8_model_dtypes=frozenset({DType.BFLOAT16}), fp8_decode_batches=(128, True)),
+                fp8_model_dtypes=frozenset({DType.BFLOAT16}), fp8_decode_batches=(128, True),
+                fp8_probabilities=FLASHMLA_FP8_PROBABILITIES),
         "vLLM FLASHMLA under its MLAAttention layer: concat_and_cache_mla, absorbed decode (FlashMLA, its tile "
         "scheduler; fp8 with the layer's fp8 query), expanded prefill (FA3) over chunked context", threshold=128,
         uniform=True)

@@ -257,15 +257,18 @@ VLLM_ROWS = (
           ("vllm-flashmla-fp8-zero-keys-illegal-access.json", "vllm-flashmla-fp8-zero-keys-garbage-rows.json"), VLLM_MLA,
           status="https://github.com/vllm-project/vllm/issues/33664 (fix proposed: vllm#35969); in the ledger"),
     Entry("vllm-flashmla-fp8-long-queries", D, VLLM,
-          "v1/attention/ops/flashmla.flash_mla_with_kvcache_fp8 (vLLM's dense fp8 FlashMLA extension), causal",
-          "With more than 128 queries per sequence (129, 130, 192, 256; up to 128 all pass) and no cached context, "
-          "the rows of each sequence's first ~64 queries are wrong, the same on every run: output off by 3.5-4.2 and "
-          "LSE by 6.4-8.8 (7-22x the limit), neither the causal nor the unmasked attention. Seen with several "
-          "sequences and 4 to 128 query heads, NORMAL values too; one sequence, 1-2 heads or 200 cached keys pass, and "
-          "the 16-bit kernel over the same inputs is within 0.06x of the limit (tools/probe-flashmla-rows.py). vLLM's "
-          "FLASHMLA decodes at most 128 queries per sequence (reorder_batch_threshold), so its batches stay below; "
-          "fwd_kvcache_mla_fp8 checks no query count.",
-          ("vllm-flashmla-fp8-long-queries-edge-values.json",), OPEN_ROWS),
+          "v1/attention/ops/flashmla.flash_mla_with_kvcache_fp8 (vLLM's dense fp8 FlashMLA extension; FLASHMLA's "
+          "decode, fp8 cache)",
+          "In causal batches with many query rows per sequence, the rows of early queries, whose causal horizon lies "
+          "in the first one or two 64-key blocks, are wrong, the same on every run: output off by up to 4.2 and LSE "
+          "by up to 8.8, neither the causal nor the unmasked attention. Within vLLM's reach (FLASHMLA decodes up to "
+          "128 queries per sequence): 12 of the 24 grid points of 100-128 queries after 1-100 cached keys with 16 or "
+          "128 heads fail at 1.6-7.2x (none with 4 heads; tools/probe-flashmla-rows.py --grid), and through vLLM's "
+          "own MLA layer batches of 127-128-query decodes after 0-64 cached keys failed at up to 25x (22 cases). 129 "
+          "or more queries fail with no context at 4 heads too; one sequence, 1-2 heads, 500 cached keys and the "
+          "16-bit kernel over the same inputs pass.",
+          ("vllm-flashmla-fp8-long-queries-edge-values.json", "vllm-layer-flashmla-fp8-128-queries-after-one-key.json"),
+          OPEN_ROWS),
     Entry("vllm-fa3-mla-canary", D, VLLM, "vllm_flash_attn FA3 with q_v (FLASH_ATTN_MLA), headdim 64 / 512",
           "When one kv head serves more than 64 query rows (queries x heads), a NaN in an unused slot of the last "
           "page reaches the output (FA3 loads the page and multiplies by probability 0): 1,124 of 1,124 NaN rows had "

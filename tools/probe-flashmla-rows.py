@@ -32,20 +32,24 @@ TILE_M = 64  # FlashMLA's block_size_m (get_mla_decoding_metadata_dense_fp8)
 GRID = {"s_q": (64, 100, 127, 128, 129), "context": (0, 1, 17, 64, 100, 500), "heads": (4, 16, 128)}
 
 
+def reshaped(case: Case, s_q: int, context: int = 0, heads: int | None = None, seqs: int | None = None) -> Case:
+    """The case with `seqs` (default: its own count) sequences of s_q queries after `context` cached keys each."""
+    return case.replace(num_heads=heads or case.num_heads,
+                        sequences=tuple(SequenceSpec(query_len=s_q, context_len=context)
+                                        for _ in range(seqs or len(case.sequences))))
+
+
 def variants(case: Case) -> list[tuple[str, Case]]:
     """(label, case): the saved case three times (run to run), then one field changed at a time."""
-    b = len(case.sequences)
-
-    def shaped(s_q: int, context: int = 0, heads: int | None = None, seqs: int = b) -> Case:
-        return case.replace(sequences=tuple(SequenceSpec(query_len=s_q, context_len=context) for _ in range(seqs)),
-                            num_heads=heads or case.num_heads)
+    def shaped(s_q: int, context: int = 0, heads: int | None = None, seqs: int | None = None) -> Case:
+        return reshaped(case, s_q, context, heads, seqs)
 
     out = [(f"saved run {i}", case) for i in range(3)]
     out += [(f"s_q {s}", shaped(s)) for s in (1, 2, 16, 32, 63, 64, 65, 100, 120, 126, 127, 128, 129, 130, 192, 256)]
     out += [(f"s_q 129 heads {h}", shaped(129, heads=h)) for h in (1, 2, 8, 16, 64, 128)]
     out += [(f"s_q 2 heads {h}", shaped(2, heads=h)) for h in (16, 64, 128)]
     out += [(f"s_q {s} context 200", shaped(s, context=200)) for s in (1, 64, 129)]
-    out += [(f"s_q 129 one sequence", shaped(129, seqs=1))]
+    out += [("s_q 129 one sequence", shaped(129, seqs=1))]
     out += [(f"s_q {s} normal", shaped(s).replace(values=replace(case.values, distribution=ValueDistribution.NORMAL)))
             for s in (64, 128, 129)]
     sixteen = replace(case.cache, quant=replace(case.cache.quant, kv_cache_dtype=KVCacheDType.AUTO, q_fp8_scale=None))
@@ -72,9 +76,7 @@ def references(inputs) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
 
 def grid(case: Case) -> list[tuple[str, Case]]:
     """(label, case) for every point of GRID, the saved case's other fields kept."""
-    return [(f"s_q {s} context {c} heads {h}",
-             case.replace(sequences=tuple(SequenceSpec(query_len=s, context_len=c) for _ in case.sequences),
-                          num_heads=h))
+    return [(f"s_q {s} context {c} heads {h}", reshaped(case, s, c, h))
             for s in GRID["s_q"] for c in GRID["context"] for h in GRID["heads"]]
 
 
