@@ -5,8 +5,10 @@ of the MLA prefill backend (`run_prefill_new_tokens`, `run_prefill_context_chunk
 
 - each context chunk's attention against the kernel's (output and LSE: the kernel's own error),
 - each merge against an exact merge of the inputs it was given (the 16-bit partial states' rounding),
-- the running merged output after each chunk against the exact attention over the chunks so far,
-- the final output against the oracle (the harness's error).
+- the running merged output after each chunk against the exact attention over the chunks so far, and the final
+  output (after the new tokens' merge) against the exact attention over all of them.
+
+The harness's verdict is printed beside: for the case as saved and for the case with the whole context in one chunk.
 
     python tools/probe-mla-chunks.py CASE.json [--out chunks.csv] [--save PREFIX]
 
