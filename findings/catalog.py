@@ -269,7 +269,8 @@ VLLM_ROWS = (
           "16-bit kernel over the same inputs pass.",
           ("vllm-flashmla-fp8-long-queries-edge-values.json", "vllm-layer-flashmla-fp8-128-queries-after-one-key.json"),
           OPEN_ROWS, status="not reported; a candidate cause of https://github.com/vllm-project/vllm/issues/38652 "
-          "(FLASHMLA, fp8 cache, H100: garbage once a prompt follows a cached prefix; open), not confirmed"),
+          "(FLASHMLA, fp8 cache, H100: multi-turn conversations degrade to garbage, single turns do not; open), not "
+          "confirmed"),
     Entry("vllm-fa3-mla-canary", D, VLLM, "vllm_flash_attn FA3 with q_v (FLASH_ATTN_MLA), headdim 64 / 512",
           "When one kv head serves more than 64 query rows (queries x heads), a NaN in an unused slot of the last "
           "page reaches the output (FA3 loads the page and multiplies by probability 0): 1,124 of 1,124 NaN rows had "
