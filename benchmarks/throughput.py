@@ -73,8 +73,9 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 
 def by_tier(rows: list[dict]) -> list[dict]:
-    """Generated examples per (backend, size tier, oracle device): how many, and the mean milliseconds of each
-    measured part (generation and the harness are not per row)."""
+    """Generated examples per (backend, size tier, oracle device): how many, the mean milliseconds of each measured
+    part (generation and the harness are not per row), and the group's share of its backend's measured time: where
+    a cheap tier's many examples and a costly tier's few weigh against each other."""
     groups = defaultdict(list)
     for r in rows:
         if r.get("phase") == "generate" and r.get("backend"):
@@ -83,6 +84,11 @@ def by_tier(rows: list[dict]) -> list[dict]:
     for (backend, tier, device), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         means = {p: 1e3 * sum(r.get(p) or 0.0 for r in rs) / len(rs) for p in PARTS}
         out.append(dict(backend=backend, tier=tier, device=device, examples=len(rs), **means))
+    totals = defaultdict(float)
+    for t in out:
+        totals[t["backend"]] += t["examples"] * sum(t[p] for p in PARTS)
+    for t in out:
+        t["share"] = 100 * t["examples"] * sum(t[p] for p in PARTS) / max(totals[t["backend"]], 1e-12)
     return out
 
 
@@ -104,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{t['compare_s']:.0f}% | {t['shrink_pct']:.0f}% | {t['rest_pct']:.0f}% | {100 * t['cpu_oracle']:.0f}% |")
     if a.by_tier:
         print("\n| backend | size tier | oracle on | examples | materialize ms | oracle ms | JIT compile ms | kernel ms | "
-              "compare ms |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "compare ms | share of measured time |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for t in by_tier(rows):
             print(f"| {t['backend']} | {t['tier']} | {t['device']} | {t['examples']} | " +
-                  " | ".join(f"{t[p]:.1f}" for p in PARTS) + " |")
+                  " | ".join(f"{t[p]:.1f}" for p in PARTS) + f" | {t['share']:.0f}% |")
     return 0
 
 
