@@ -17,28 +17,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hypothesis import Phase, given, seed  # noqa: E402
 
 import campaign.worker as worker  # noqa: E402
 from backends.registry import get  # noqa: E402
 from campaign.compiles import key_text  # noqa: E402
 from fuzz.shapes import pin_shape  # noqa: E402
 from fuzz.strategies import Limits, cases, compile_key, declared_compile_keys, key_limits  # noqa: E402
-
-
-def shard_draws(strategy, shard_seed: int, draws: int) -> list[str]:
-    drawn: list[str] = []
-
-    def draw(case) -> None:
-        if len(drawn) == draws:
-            raise worker._Stop
-        drawn.append(case.to_json())
-
-    try:
-        worker._hypothesis_settings(draws * 4, [Phase.generate])(seed(shard_seed)(given(strategy)(draw)))()
-    except worker._Stop:
-        pass
-    return drawn
 
 
 def main() -> None:
@@ -61,7 +45,8 @@ def main() -> None:
         narrowed = pin_shape(backend.caps, key_limits(backend.caps, limits, per, keyed, json.loads(text)),
                              backend.jit_shape_per, 12345)
         strategy = cases(backend.caps, narrowed).filter(lambda c, t=text: key_text(compile_key(c, per, keyed)) == t)
-        shards = [shard_draws(strategy, s * 7919, a.draws) for s in range(1, a.shards + 1)]
+        # each shard as a campaign worker draws it, max_examples above hypothesis' steady order
+        shards = [worker.early_draws(strategy, s * 7919, a.draws, 4 * a.draws) for s in range(1, a.shards + 1)]
         first = set(shards[0])
         for n in sizes:
             started = time.perf_counter()

@@ -20,8 +20,8 @@ cases of one compile key the worker has loaded, so workers evaluate while few of
 third is a tour while keys are undrawn, then, once every key has been drawn, the whole space while the build queue
 runs short.
 
-A backend whose focused shards pin a shape (Backend.jit_shape_per) gets two of every three of a key's focused shards with
-the pins of a shard of that key that got rows (campaign.pins), one the asking worker ran first; a shard whose
+A backend whose focused shards pin a shape (Backend.jit_shape_per) gets two of every three of a key's focused shards
+with the pins of a shard of that key that got rows (campaign.pins), one the asking worker ran first; a shard whose
 draws all wait ends early (the worker's `stalled`), as an exhausted one. Backends in `late` get no compile task: their
 builds would outlast the campaign (campaign.compiles.BuildTimes).
 
@@ -87,10 +87,10 @@ class Scheduler:
                  declared: dict[str, list[str]] | None = None, compile_slots: int = 0) -> None:
         """`examples`: per backend (None: until stop()); `done`: (backend, shard) -> (examples done,
         shard size, focus key, tour, the shard whose pins it draws) from an earlier run being resumed; `replays`: saved
-        case JSONs per backend; `slices`: the number of compile slices per JIT backend (others: 1); `declared`: a JIT backend's compile keys
-        within the campaign's focus (tour shards draw each); `compile_slots`: the campaign's compile slots
-        (campaign.claims); all but one run compile tasks beside generation (0: compile tasks only once generation
-        is over)."""
+        case JSONs per backend; `slices`: the number of compile slices per JIT backend (others: 1); `declared`: a JIT
+        backend's compile keys within the campaign's focus (tour shards draw each); `compile_slots`: the campaign's
+        compile slots (campaign.claims); all but one run compile tasks beside generation (0: compile tasks only once
+        generation is over)."""
         self.backends = list(backends)
         self.slices = {b: max(1, (slices or {}).get(b, 1)) for b in self.backends}
         self.spent: dict[str, set[int]] = {b: set() for b in self.backends}  # slices hypothesis ran out of

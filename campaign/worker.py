@@ -111,6 +111,23 @@ def _hypothesis_settings(max_examples: int, phases: list[Phase]) -> settings:
                     report_multiple_bugs=False, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
 
 
+def early_draws(strategy, shard_seed: int, n: int, max_examples: int) -> list[str]:
+    """The first `n` cases (as JSON) hypothesis draws from `strategy` under `shard_seed` at `max_examples`, as a
+    shard's generation draws them."""
+    drawn: list[str] = []
+
+    def draw(case: Case) -> None:
+        if len(drawn) == n:
+            raise _Stop
+        drawn.append(case.to_json())
+
+    try:
+        _hypothesis_settings(max_examples, [Phase.generate])(seed(shard_seed)(given(strategy)(draw)))()
+    except _Stop:
+        pass
+    return drawn
+
+
 def case_payload(backend: str, row: dict, evaluation: Evaluation | None) -> tuple[str, dict, str | None]:
     """(file stem, JSON payload, base64 tensors) of a case file: the case, its verdict and row, and the
     expected / actual tensors the report draws."""
@@ -219,18 +236,7 @@ class Worker:
         drawing at max_examples 12; 0.2-0.4 % now (about 1 s per strategy and process)."""
         counts: Counter[str] = Counter()
         for s in range(1, seeds + 1):
-            drawn: list[str] = []
-
-            def draw(case: Case) -> None:
-                if len(drawn) == PREFIX_DRAWS:
-                    raise _Stop
-                drawn.append(case.to_json())
-
-            try:
-                _hypothesis_settings(STEADY_MAX_EXAMPLES, [Phase.generate])(seed(s)(given(strategy)(draw)))()
-            except _Stop:
-                pass
-            counts.update(set(drawn))
+            counts.update(set(early_draws(strategy, s, PREFIX_DRAWS, STEADY_MAX_EXAMPLES)))
         return frozenset(case for case, n in counts.items() if n >= 2)
 
     def _evaluate(self, backend, case: Case, where: dict, check_blind: bool = True) -> tuple[dict, Evaluation | None]:

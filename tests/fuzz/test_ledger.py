@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 import reference as r
 from backends.registry import builtin_backends
-from fuzz.ledger import KNOWN, SINK_OVERFLOW, Finding, known_crash_for, known_for, largest_sink_excess
+from fuzz.ledger import (KNOWN, SINK_OVERFLOW, Finding, known_crash_for, known_for, largest_sink_excess,
+                         score_floor)
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
 
 
@@ -74,8 +75,6 @@ def test_sink_excess_equals_the_oracles_softmax_form(case, sink):
 def test_the_norms_bound_lies_below_every_visible_score(case):
     """score_floor (the sink overflow's shortcut) against the scores themselves: with zero sinks the largest excess is
     minus the smallest row maximum, which the floor must not exceed."""
-    from fuzz.ledger import score_floor
-
     zero = case.replace(sinks=(0.0,) * case.num_heads)
     inputs = r.materialize(zero)
     lowest_row_max = -largest_sink_excess(zero, inputs)
@@ -105,8 +104,6 @@ def test_flashmla_fp8_crash_is_known_only_for_an_fp8_cache_with_a_sequence_witho
     16-bit path, which answers 0 / +inf there, nor fp8 batches whose every sequence has keys."""
     import json
     import os
-
-
 
     path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results", "cases",
                         "vllm-flashmla-fp8-zero-keys-illegal-access.json")
