@@ -180,7 +180,8 @@ def compile_slots(share: float, workers: int) -> int:
 
 
 # A cold campaign has nothing built in its first minutes, so builds get at least WARMUP_SHARE of the workers for
-# WARMUP_S; after that the campaign's own share (--compile-share, 0.2 by default) holds. Measured on an H100 with 0.3
+# WARMUP_S; after that the campaign's own share (--compile-share, 0.2 by default) is the ceiling of campaign.budget's
+# slots, held down while evaluation is under its floor. Measured on an H100 with 0.3
 # throughout: first calls took 28-35 % of worker time after minute 2 (5 slots of 16 workers, nearly always busy), so
 # evaluation could not reach 70 % even with no harness time at all
 # (benchmarks/results/campaigns/jit-untold-h100-2026-11-26.md).

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from .budget import CompileBudget
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
 from .claims import WARMUP_S, built_by, built_modules, compile_slots_at
@@ -118,6 +119,7 @@ class Driver:
         self.shrinking: dict[int, Task] = {}
         self.clock = WorkerClock()
         self.build_times = BuildTimes()
+        self.budget = CompileBudget(cfg.compile_share, workers)
         self.harness_errors: list[str] = []
         self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
         self.errored: set[int] = set()
@@ -154,6 +156,7 @@ class Driver:
 
     def _on_row(self, wid: int, row: dict) -> None:
         self.beats.pop(wid, None)
+        self.budget.record(row)
         phase = row.get("phase")
         if row.get("first_of_key"):
             self.scheduler.first_call_done()
@@ -374,6 +377,7 @@ class Driver:
         record = {"started": started, "ended": ended, "workers": self.plumbing.slots,
                   "compile_slots": self.wcfg.compile_slots, "warmup_s": WARMUP_S,
                   "compile_slots_after": compile_slots_at(WARMUP_S, self.cfg.compile_share, self.plumbing.slots),
+                  "compile_slots_history": self.budget.history,
                   "backends": self.scheduler.backlog.record(self.cfg.backends),
                   "time": self.clock.spent, "startup_s": self.clock.startup_s}
         try:
@@ -422,9 +426,9 @@ class Driver:
             self.progress.tick()
 
     def _compile_budget(self, elapsed: float) -> int:
-        """The compile slots `elapsed` seconds in (campaign.claims.compile_slots_at): the scheduler's compile tasks and
-        every task's claims follow them."""
-        slots = compile_slots_at(elapsed, self.cfg.compile_share, self.plumbing.slots)
+        """The compile slots `elapsed` seconds in (campaign.budget: the warm-up's share, then held down while
+        evaluation is under its floor): the scheduler's compile tasks and every task's claims follow them."""
+        slots = self.budget.slots(elapsed, time.time())
         if self.scheduler.compile_slots:  # 0: first calls are not gated (--compile-slices, --compile-share 1)
             self.scheduler.compile_slots = slots
         return slots

@@ -275,8 +275,9 @@ def parser() -> argparse.ArgumentParser:
                    help="JIT backends: the share of the workers that may build modules at once (one build per compile "
                         "key on the machine); a case whose module is being built, or drawn while every build slot is "
                         "busy, waits until its module exists, and the worker evaluates built ones; in the first "
-                        "two minutes at least 0.3, as nothing is built yet (default 0.2; 1: compile every case where "
-                        "it is drawn)")
+                        "two minutes at least 0.3, as nothing is built yet, then at most SHARE, one slot fewer (down "
+                        "to one) while evaluation is under 70 %% of the last minute's worker time (default 0.2; 1: "
+                        "compile every case where it is drawn)")
     f.add_argument("--cache-dir", metavar="DIR",
                    help="the JIT libraries' compile caches (Triton, inductor, FA4, FlashInfer), kept between campaigns "
                         "(default: $ATTNREF_CACHE_DIR, $XDG_CACHE_HOME/attnref or ~/.cache/attnref; see `attnref cache`)")

@@ -12,6 +12,8 @@
 #   cpuprof    benchmarks/profile_evaluate.py on this host's CPU, one thread (packed and chunked oracle)
 #   cpuharness the small tier of torch-sdpa-math (CPU) with 16 workers: the harness alone, no GPU
 #   mps        fast and small under CUDA MPS (`attnref fuzz --mps`: the workers' kernels share the GPU at once)
+#   cpumax     fast with each --oracle-cpu-max of ORACLE_MAXES (score elements up to which the oracle stays on the
+#              CPU), in turns per backend: where the crossover lies for the whole harness in one run
 # Everything lands in $OUT (markdown tables, logs, a results tarball).
 set -uo pipefail
 PY=${PY:-python3}
@@ -61,8 +63,15 @@ for part in $PARTS; do
            fuzz "mps-fast-$b" "${TIME_FAST:-40}" auto --backend "$b" --mps
            fuzz "mps-small-$b" "${TIME_FAST:-40}" auto --backend "$b" --limits '{"tiers": ["small"]}' --mps
          done ;;
+    cpumax) header; for b in $FAST; do for m in ${ORACLE_MAXES:-65536 262144 1048576}; do
+           fuzz "cpumax$m-$b" "${TIME_FAST:-40}" auto --backend "$b" --oracle-cpu-max "$m"
+         done; done ;;
     mutant) header; fuzz "mutant-window" "${TIME_MUTANT:-60}" auto --mutants --backend mutant-window-off-by-one ;;
   esac
 done
 tar czf "$OUT/bench-results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")" --exclude='*.pt' 2>/dev/null
+# a file over 16 MiB does not come back from the device: parts of 15 MiB (cat bench-results.tgz.part.* | tar xzf -)
+if [ "$(stat -c %s "$OUT/bench-results.tgz")" -gt 15728640 ]; then
+  split -b 15M "$OUT/bench-results.tgz" "$OUT/bench-results.tgz.part." && rm "$OUT/bench-results.tgz"
+fi
 ls -la "$OUT"

@@ -1,0 +1,80 @@
+"""The compile budget after warm-up: compile slots held down while evaluation is under its floor.
+
+During the warm-up (campaign.claims.WARMUP_S) a cold campaign has little built, so builds get the warm-up's share.
+After it, `--compile-share` is a ceiling, not a fixed share: every ADJUST_S the driver looks at the last WINDOW_S of
+rows, and while evaluation (the rows' materialize, oracle, kernel and compare seconds, less their first calls' build
+seconds) is under EVALUATION_FLOOR of the workers' time it gives one compile slot back to evaluation, down to one
+slot, so new keys are still built; with a slot's worth of room above the floor it takes one back, up to the
+ceiling. Why: with 3 of 16 workers building after minute 2 the untold FA4 and FlashInfer campaigns spent 18 and 27 %
+of their worker time in builds and 47 and 41 % evaluating (benchmarks/results/campaigns/
+jit-untold-cold-warm-h200-2026-11-27.md), while issue #35 asks for 70 % evaluation.
+
+Rows are the worker's own clock: a row that ends at `t` and took `busy` seconds covers [t - busy, t], clipped to
+the window, as benchmarks/jit_campaign.py's `worker_time` counts it.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from .claims import WARMUP_S, compile_slots, compile_slots_at
+
+EVALUATION_FLOOR = 0.70
+WINDOW_S = 60.0
+ADJUST_S = 20.0
+BUSY = ("materialize_s", "oracle_s", "kernel_s", "compare_s")  # a row's time; compile_s is part of kernel_s
+COUNTED = ("generate", "shrink", "replay")
+
+
+class CompileBudget:
+    """Compile slots over a campaign of `workers` whose compile share is `share` (the ceiling after warm-up)."""
+
+    def __init__(self, share: float, workers: int, floor: float = EVALUATION_FLOOR, window_s: float = WINDOW_S,
+                 adjust_s: float = ADJUST_S) -> None:
+        self.share, self.workers, self.floor = share, workers, floor
+        self.window_s, self.adjust_s = window_s, adjust_s
+        self.ceiling = compile_slots(share, workers)
+        self.current = self.ceiling
+        self._rows: deque[tuple[float, float, float]] = deque()  # (end, evaluation s, build s), oldest first
+        self._adjusted_at: float | None = None
+        self.history: list[tuple[float, int, float | None]] = []  # (elapsed, slots, evaluation share) at each change
+
+    def record(self, row: dict) -> None:
+        """A row from a worker: its evaluation and build seconds, if it is an example's."""
+        if row.get("phase") not in COUNTED or row.get("t") is None:
+            return
+        busy = sum(row.get(p) or 0.0 for p in BUSY)
+        if busy <= 0:
+            return
+        built = min(row.get("compile_s") or 0.0, busy)
+        self._rows.append((row["t"], busy - built, built))
+
+    def evaluation_share(self, now: float) -> float:
+        """Evaluation's share of workers x the last WINDOW_S before `now`."""
+        lo = now - self.window_s
+        while self._rows and self._rows[0][0] < lo:
+            self._rows.popleft()
+        seconds = 0.0
+        for end, evaluated, built in self._rows:
+            busy = evaluated + built
+            inside = max(0.0, min(end, now) - max(end - busy, lo)) / busy
+            seconds += evaluated * inside
+        return seconds / (self.workers * self.window_s)
+
+    def slots(self, elapsed: float, now: float) -> int:
+        """The compile slots `elapsed` seconds into the campaign (wall clock `now`)."""
+        if elapsed < WARMUP_S:
+            return compile_slots_at(elapsed, self.share, self.workers)
+        if self._adjusted_at is None or now - self._adjusted_at >= self.adjust_s:
+            before = self.current
+            if elapsed >= WARMUP_S + self.window_s:  # a whole window of post-warm-up rows to judge by
+                share = self.evaluation_share(now)
+                if share < self.floor and self.current > 1:
+                    self.current -= 1
+                elif share >= self.floor + 1.0 / self.workers and self.current < self.ceiling:
+                    self.current += 1
+            else:
+                share = None
+            self._adjusted_at = now
+            if self.current != before or not self.history:
+                self.history.append((round(elapsed, 1), self.current, None if share is None else round(share, 3)))
+        return self.current
