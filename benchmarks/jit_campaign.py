@@ -125,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     after = record.get("compile_slots_after")
     budget = f", {after} after {record.get('warmup_s', 0):.0f} s" if after is not None else ""
     print(f"campaign: {span:.0f} s, {record['workers']} workers, {record.get('compile_slots')} compile slots{budget}\n")
+    if record.get("compile_slots_history"):  # campaign.budget: (s into the campaign, slots, evaluation share judged)
+        steps = ", ".join(f"{e:.0f} s: {n}" + ("" if share is None else f" ({100 * share:.0f} % evaluation)")
+                          for e, n, share in record["compile_slots_history"])
+        print(f"compile slots after the warm-up (campaign.budget): {steps}\n")
     print("| backend | generated rows | rows/s (whole campaign) | keys declared | keys drawn | keys built | "
           "cases waiting at the end | dropped | failing rows | rows per minute |")
     print("|---|---|---|---|---|---|---|---|---|---|")
