@@ -167,7 +167,7 @@ class Driver:
             if built_by(row.get("verdict")):
                 self.scheduler.key_built(row["backend"], row["compile_key"], wid, unit=row.get("jit_unit", ""))
         if phase == "generate":
-            self.scheduler.example_done(row["backend"], row["shard"], row["index"])
+            self.scheduler.example_done(row["backend"], row["shard"], row["index"], sticky=bool(row.get("sticky")))
             decision = self.buckets.observe(row)
             bucket = self.buckets.covering(row) if decision != Decision.IGNORE else None
             if bucket is not None:

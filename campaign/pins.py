@@ -29,12 +29,23 @@ class PinLender:
 
     def __init__(self) -> None:
         self.productive: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.barred: set[tuple[str, str, int]] = set()  # shapes that crashed their worker's CUDA context
 
     def got_rows(self, backend: str, key: str, shard: int, pins_of: int) -> None:
         """A row of focused shard `shard` of `key` came back: the shape it drew (its own, or `pins_of`'s) is built."""
         source = pins_of or shard
-        if source not in self.productive[backend, key]:
+        if source not in self.productive[backend, key] and (backend, key, source) not in self.barred:
             self.productive[backend, key].append(source)
+
+    def crashed(self, backend: str, key: str, shard: int, pins_of: int) -> None:
+        """A case of that shape left a sticky CUDA error: it is not lent again. Lent, it crashed one borrowing case
+        after another, each a worker restart: on an H200, 290 illegal-memory-access rows of fa4-paged in a 10-minute
+        untold campaign, 220 of them in shards that borrowed two such shapes, and 8.5 % of the workers' time starting
+        workers (campaigns/jit-untold-budget-h200-2026-11-27.md)."""
+        source = pins_of or shard
+        self.barred.add((backend, key, source))
+        if source in self.productive[backend, key]:
+            self.productive[backend, key].remove(source)
 
     def lend(self, backend: str, key: str, focused: list[FocusedShard], wid: int | None) -> int:
         """The shard whose pins a new focused shard of `key` draws (0: fresh pins): while the key's `focused` shards

@@ -132,13 +132,18 @@ class Scheduler:
         if wid not in self.idle and wid not in self.running:
             self.idle.append(wid)
 
-    def example_done(self, backend: str, shard: int, index: int) -> None:
-        """A generated example of `shard` got its row (a crash or timeout row counts too)."""
+    def example_done(self, backend: str, shard: int, index: int, sticky: bool = False) -> None:
+        """A generated example of `shard` got its row (a crash or timeout row counts too). `sticky`: the row is a crash
+        that left the worker's CUDA context unusable; a focused shard ends there and its shape is not lent (its other
+        cases draw the same key and shape: campaign.pins.PinLender.crashed)."""
         s = self.shards.get(backend, {}).get(shard)
         if s is not None:
             s.done = max(s.done, index)
             if s.key and not s.tour:
                 self.pins.got_rows(backend, s.key, shard, s.pins_of)
+                if sticky:
+                    self.pins.crashed(backend, s.key, shard, s.pins_of)
+                    s.size = min(s.size, s.done)
         self.generated_rows += 1
 
     def shrink_example_done(self) -> None:

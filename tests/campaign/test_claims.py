@@ -170,3 +170,33 @@ def test_only_a_first_call_that_returned_marks_its_module_built():
 
     assert all(built_by(v) for v in ("pass", "mismatch", "nan", "contract", "blind"))
     assert not any(built_by(v) for v in ("crash", "unsupported", "timeout", None))
+
+
+def test_a_task_builds_one_module_and_defers_the_next_unbuilt_one(tmp_path, monkeypatch):
+    """A task's slot count is the driver's budget of the moment it went out (campaign.budget lowers it later): a
+    generation task that built a module defers its next unbuilt one to a compile task under the budget as it stands.
+    On an H200, FlashInfer workers chained ~120-s builds in one task, 4 at once with the budget at one slot
+    (campaigns/jit-untold-budget-h200-2026-11-27.md)."""
+    from backends.registry import get
+    from campaign.compiles import key_text
+    from campaign.tasks import WorkerConfig
+    from campaign.worker import Worker
+    from fuzz.strategies import Limits, compile_key
+    from tests.repro_scripts import drawn_cases
+
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    spec = ("tests.campaign.fake_jit:backends",)
+    backend = get("test-fake-jit", specs=spec)
+    by_key: dict[str, object] = {}
+    for case in drawn_cases(backend.caps, Limits(max_sequences=2, max_context=16, max_query=4), 40):
+        by_key.setdefault(key_text(compile_key(case, backend.compiled_per, backend.compiled_features)), case)
+    first, second = list(by_key.values())[:2]
+    worker = Worker(WorkerConfig(specs=spec, cache_dir=str(tmp_path / "cache"), compile_slots=3,
+                                 slots_dir=str(tmp_path / "slots")), send=lambda m: None)
+    worker.builds = True
+    waits, claim = worker._defers(backend, first, frozenset())
+    assert waits is None and claim is not None
+    row, _ = worker._evaluate_claimed(backend, first, {"shard": 1, "index": 1, "shard_size": 2}, claim)
+    assert row["verdict"] == "pass"
+    waits, claim = worker._defers(backend, second, frozenset())
+    assert waits is not None and claim is None  # a slot is free, but this task has had its build

@@ -117,3 +117,27 @@ def test_a_worker_borrows_the_pins_it_has_drawn_before():
                 assert pins_of in here, (wid, ran)
             here.add(pins_of or shard)
         assert any(p for _, p in ran[wid]) and len(here) >= 2, ran
+
+
+def test_a_shape_that_left_a_sticky_crash_is_not_lent_and_its_shard_ends():
+    """Lent, such a shape crashed one borrowing case after another, each a worker restart (campaign.pins.crashed)."""
+    s = Scheduler(["jit"], examples=None, shard_size=5)
+    s.add_worker(0)
+    s.key_built("jit", KEY, wid=0)
+    crashed = None
+    lent_after: list[int] = []
+    for _ in range(30):
+        (wid, task), = s.schedule()
+        if task.key and not task.pins_of and crashed is None and task.shard > 1:
+            crashed = task.shard
+            s.example_done("jit", task.shard, 2, sticky=True)  # its second case crashed the context
+            s.worker_lost(wid)
+            s.add_worker(wid)
+            s.key_built("jit", KEY, wid=wid)  # the fresh worker loads the key's module again
+            continue
+        if crashed is not None and task.pins_of:
+            lent_after.append(task.pins_of)
+        s.example_done("jit", task.shard, task.size)
+        s.task_done(wid)
+    assert crashed is not None and s.shards["jit"][crashed].closed and s.shards["jit"][crashed].done == 2
+    assert lent_after and crashed not in lent_after
