@@ -22,10 +22,10 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from campaign.budget import BUSY  # noqa: E402  (a row's time; compile_s is part of kernel_s)
 from campaign.worker import SPENT  # noqa: E402
 from fuzz.verdicts import Verdict  # noqa: E402
 
-BUSY = ("materialize_s", "oracle_s", "kernel_s", "compare_s")  # a row's time; compile_s is part of kernel_s
 # A kernel call past its module's first call that takes this long is a build the backend's variant does not name:
 # FA4's per soft-cap value and vLLM Triton's per shape took 1-9 s each, FA4's other calls 1-2 ms at the median
 # (results/campaigns/jit-untold-side-by-side-h200-2026-11-26.md).

@@ -7,7 +7,8 @@ seconds) is under EVALUATION_FLOOR of the workers' time it gives one compile slo
 slot, so new keys are still built; with a slot's worth of room above the floor it takes one back, up to the
 ceiling. Why: with 3 of 16 workers building after minute 2 the untold FA4 and FlashInfer campaigns spent 18 and 27 %
 of their worker time in builds and 47 and 41 % evaluating (benchmarks/results/campaigns/
-jit-untold-cold-warm-h200-2026-11-27.md), while issue #35 asks for 70 % evaluation.
+jit-untold-cold-warm-h200-2026-11-27.md), while issue #35 asks for 70 % evaluation. Under this budget (one slot
+from 200 s) the warm ones evaluated 67 and 63 % (campaigns/jit-untold-budget-h200-2026-11-27.md).
 
 Rows are the worker's own clock: a row that ends at `t` and took `busy` seconds covers [t - busy, t], clipped to
 the window, as benchmarks/jit_campaign.py's `worker_time` counts it.

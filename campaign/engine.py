@@ -106,6 +106,9 @@ class Driver:
                                    declared=_declared_keys(cfg) if gated else None,
                                    compile_slots=worker_config.compile_slots if gated else 0)
         self._known_builds()
+        for row in earlier:  # a resumed campaign does not take up a shard whose shape crashed its worker's context
+            if row.get("phase") == "generate" and row.get("sticky") and row.get("shard") is not None:
+                self.scheduler.crashed(row["backend"], int(row["shard"]))
         self.buckets = Buckets(per_bucket=cfg.shrink_per_bucket)
         for row in earlier:  # a resumed campaign keeps what it knew of its buckets
             if row.get("phase") == "minimal" and is_new_failure(row):

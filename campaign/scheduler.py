@@ -133,18 +133,26 @@ class Scheduler:
             self.idle.append(wid)
 
     def example_done(self, backend: str, shard: int, index: int, sticky: bool = False) -> None:
-        """A generated example of `shard` got its row (a crash or timeout row counts too). `sticky`: the row is a crash
-        that left the worker's CUDA context unusable; a focused shard ends there and its shape is not lent (its other
-        cases draw the same key and shape: campaign.pins.PinLender.crashed)."""
+        """A generated example of `shard` got its row (a crash or timeout row counts too); `sticky`: a crash that left
+        the worker's CUDA context unusable (`crashed`)."""
         s = self.shards.get(backend, {}).get(shard)
         if s is not None:
             s.done = max(s.done, index)
             if s.key and not s.tour:
                 self.pins.got_rows(backend, s.key, shard, s.pins_of)
-                if sticky:
-                    self.pins.crashed(backend, s.key, shard, s.pins_of)
-                    s.size = min(s.size, s.done)
+            if sticky:
+                self.crashed(backend, shard)
         self.generated_rows += 1
+
+    def crashed(self, backend: str, shard: int) -> None:
+        """A case of focused shard `shard` left a sticky CUDA error: the shard ends at its examples done, and its shape
+        is not lent (its other cases draw the same key and shape: campaign.pins.PinLender.crashed). Also for the rows
+        of a resumed campaign."""
+        s = self.shards.get(backend, {}).get(shard)
+        if s is not None and s.key and not s.tour:
+            self.pins.crashed(backend, s.key, shard, s.pins_of)
+            s.size = min(s.size, s.done)
+            s.closed = s.closed or (not s.running and s.done >= s.size)
 
     def shrink_example_done(self) -> None:
         self.shrink_rows += 1

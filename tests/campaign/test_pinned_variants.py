@@ -141,3 +141,20 @@ def test_a_shape_that_left_a_sticky_crash_is_not_lent_and_its_shard_ends():
         s.task_done(wid)
     assert crashed is not None and s.shards["jit"][crashed].closed and s.shards["jit"][crashed].done == 2
     assert lent_after and crashed not in lent_after
+
+
+def test_a_resumed_campaign_does_not_take_up_a_shard_whose_shape_crashed(tmp_path):
+    from campaign.engine import CampaignConfig, Driver
+    from tests.campaign.test_compiles import SPEC, _Pool
+
+    out = tmp_path / "out"
+    out.mkdir()
+    base = {"backend": "test-fake-jit", "phase": "generate", "shard_size": 10, "focus_key": KEY, "run": 1}
+    rows = [dict(base, shard=3, index=1, verdict="pass"), dict(base, shard=3, index=2, verdict="crash", sticky=True),
+            dict(base, shard=4, index=1, verdict="pass", pins_of=3)]
+    (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = CampaignConfig(out=out, backends=["test-fake-jit"], seconds=60, specs=SPEC, progress=False, resume=True)
+    s = Driver(cfg, _Pool(), WorkerConfig(compile_slots=5, specs=SPEC)).scheduler
+    assert s.shards["test-fake-jit"][3].closed and not s.shards["test-fake-jit"][4].closed
+    s.example_done("test-fake-jit", 4, 2)  # a row of a shard that borrowed the crashed shape: not lent again
+    assert 3 not in s.pins.productive["test-fake-jit", KEY]
