@@ -80,6 +80,22 @@ class Claim:
         self.key_fd = self.slot_fd = None
 
 
+# The driver's compile slots as they stand (campaign.budget), in the slots folder: a claim takes at most that many. A
+# task's own count is the one of the moment it went out, and a generation task may build for minutes: with the
+# budget at one slot, FlashInfer workers still ran four builds at once, one worker five in one task
+# (campaigns/jit-untold-budget-h200-2026-11-27.md).
+BUDGET_FILE = "budget"
+
+
+def write_budget(slots_root: str | os.PathLike, slots: int) -> None:
+    """Publish the driver's current compile slots to every worker's next claim."""
+    path = Path(slots_root) / BUDGET_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(str(slots))
+    os.replace(tmp, path)
+
+
 class CompileClaims:
     """Key locks and built markers under `keys_root` (the cache folder), `slots` compile slots under `slots_root`
     (the campaign's folder)."""
@@ -115,8 +131,15 @@ class CompileClaims:
             os.replace(tmp, marker)
         self._built.add((backend, key))
 
+    def limit(self) -> int:
+        """The slots a claim may take now: the task's count, or fewer where the driver's budget fell since."""
+        try:
+            return max(1, min(self.slots, int((self.slots_root / BUDGET_FILE).read_text())))
+        except (OSError, ValueError):
+            return self.slots
+
     def _slot(self) -> int | None:
-        for i in range(self.slots):
+        for i in range(self.limit()):
             fd = _try_lock(self.slots_root / f"slot-{i}.lock")
             if fd is not None:
                 return fd

@@ -20,7 +20,7 @@ from typing import Protocol
 from .budget import CompileBudget
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
-from .claims import WARMUP_S, built_by, built_modules, compile_slots_at
+from .claims import WARMUP_S, built_by, built_modules, compile_slots_at, write_budget
 from .compiles import BuildTimes
 from .clock import WorkerClock
 from .progress import Progress
@@ -123,6 +123,7 @@ class Driver:
         self.clock = WorkerClock()
         self.build_times = BuildTimes()
         self.budget = CompileBudget(cfg.compile_share, workers)
+        self.published: int | None = None  # the compile slots last written for running tasks (campaign.claims)
         self.harness_errors: list[str] = []
         self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
         self.errored: set[int] = set()
@@ -434,6 +435,12 @@ class Driver:
         slots = self.budget.slots(elapsed, time.time())
         if self.scheduler.compile_slots:  # 0: first calls are not gated (--compile-slices, --compile-share 1)
             self.scheduler.compile_slots = slots
+            if slots != self.published and self.wcfg.slots_dir:  # running tasks' claims follow it too
+                try:
+                    write_budget(self.wcfg.slots_dir, slots)
+                    self.published = slots
+                except OSError:
+                    pass  # the tasks' own counts still bound their claims
         return slots
 
     def _result(self, signum: int | None) -> CampaignResult:

@@ -382,8 +382,6 @@ class Worker:
             claim.done(built=built_by(row.get("verdict")))
             if jobs is not None:
                 os.environ["MAX_JOBS"] = jobs
-        if claim.key:  # one build per task: its slot count is the driver's budget of the moment the task went out
-            self.builds = False
         return row, evaluation
 
     def _generate(self, task: Task, deadline: float | None) -> bool:

@@ -172,31 +172,36 @@ def test_only_a_first_call_that_returned_marks_its_module_built():
     assert not any(built_by(v) for v in ("crash", "unsupported", "timeout", None))
 
 
-def test_a_task_builds_one_module_and_defers_the_next_unbuilt_one(tmp_path, monkeypatch):
-    """A task's slot count is the driver's budget of the moment it went out (campaign.budget lowers it later): a
-    generation task that built a module defers its next unbuilt one to a compile task under the budget as it stands.
-    On an H200, FlashInfer workers chained ~120-s builds in one task, 4 at once with the budget at one slot
-    (campaigns/jit-untold-budget-h200-2026-11-27.md)."""
-    from backends.registry import get
-    from campaign.compiles import key_text
-    from campaign.tasks import WorkerConfig
-    from campaign.worker import Worker
-    from fuzz.strategies import Limits, compile_key
-    from tests.repro_scripts import drawn_cases
+def test_a_running_task_s_claims_follow_the_budget_the_driver_publishes(tmp_path):
+    """A task's own slot count is the one of the moment it went out; a generation task may build for minutes (with the
+    budget at one slot, FlashInfer workers still ran four builds at once on an H200: campaigns/
+    jit-untold-budget-h200-2026-11-27.md). The driver's current count (campaign.claims.write_budget) bounds it."""
+    from campaign.claims import write_budget
 
-    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    spec = ("tests.campaign.fake_jit:backends",)
-    backend = get("test-fake-jit", specs=spec)
-    by_key: dict[str, object] = {}
-    for case in drawn_cases(backend.caps, Limits(max_sequences=2, max_context=16, max_query=4), 40):
-        by_key.setdefault(key_text(compile_key(case, backend.compiled_per, backend.compiled_features)), case)
-    first, second = list(by_key.values())[:2]
-    worker = Worker(WorkerConfig(specs=spec, cache_dir=str(tmp_path / "cache"), compile_slots=3,
-                                 slots_dir=str(tmp_path / "slots")), send=lambda m: None)
-    worker.builds = True
-    waits, claim = worker._defers(backend, first, frozenset())
-    assert waits is None and claim is not None
-    row, _ = worker._evaluate_claimed(backend, first, {"shard": 1, "index": 1, "shard_size": 2}, claim)
-    assert row["verdict"] == "pass"
-    waits, claim = worker._defers(backend, second, frozenset())
-    assert waits is not None and claim is None  # a slot is free, but this task has had its build
+    claims = CompileClaims(tmp_path / "keys", tmp_path / "slots", slots=3)
+    first = claims.slot_only()
+    second = claims.slot_only()
+    assert first is not None and second is not None  # the task's 3 slots, 2 taken
+    write_budget(tmp_path / "slots", 2)
+    assert claims.limit() == 2 and claims.slot_only() is None and claims.claim("b", "k") is None
+    write_budget(tmp_path / "slots", 5)
+    assert claims.limit() == 3 and claims.slot_only() is not None  # never above the task's own count
+    (tmp_path / "slots" / "budget").write_text("")  # unreadable: the task's count
+    assert claims.limit() == 3
+
+
+def test_the_driver_publishes_the_budget_when_it_changes(tmp_path):
+    from campaign.engine import CampaignConfig, Driver
+    from campaign.tasks import WorkerConfig
+    from tests.campaign.test_compiles import SPEC, _Pool
+
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], seconds=600, specs=SPEC, progress=False)
+    driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=5, specs=SPEC, slots_dir=str(tmp_path / "slots")))
+    driver.budget.adjust_s = 0.0
+    budget = tmp_path / "slots" / "budget"
+    assert driver._compile_budget(0.0) == 5 and budget.read_text() == "5"
+    assert driver._compile_budget(WARMUP_S) == 3 and budget.read_text() == "3"
+    now = time.time()
+    for s in range(60):  # a minute of every worker building
+        driver.budget.record({"phase": "generate", "t": now - 59 + s, "kernel_s": 1.0, "compile_s": 1.0})
+    assert driver._compile_budget(WARMUP_S + 60) == 2 and budget.read_text() == "2"
