@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from campaign.budget import BUSY  # noqa: E402  (a row's time; compile_s is part of kernel_s)
+from campaign.budget import inside, row_split  # noqa: E402
 from campaign.worker import SPENT  # noqa: E402
 from fuzz.verdicts import Verdict  # noqa: E402
 
@@ -71,17 +71,15 @@ def worker_time(rows: list[dict], record: dict, after: float) -> dict:
     total = record["workers"] * max(hi - lo, 1e-9)
     compile_s = evaluate_s = slow_s = 0.0
     for r in rows:
-        if r.get("t") is None or r.get("phase") not in ("generate", "shrink", "replay"):
+        split = row_split(r)  # the compile budget's split of a row (campaign.budget)
+        if split is None:
             continue
-        busy = sum(r.get(p) or 0.0 for p in BUSY)
-        if busy <= 0:
-            continue
-        inside = max(0.0, min(r["t"], hi) - max(r["t"] - busy, lo)) / busy
-        compiled = min(r.get("compile_s") or 0.0, busy)
-        compile_s += compiled * inside
-        evaluate_s += (busy - compiled) * inside
+        end, evaluated, compiled = split
+        share = inside(end, evaluated + compiled, lo, hi)
+        compile_s += compiled * share
+        evaluate_s += evaluated * share
         if not compiled and (r.get("kernel_s") or 0.0) > SLOW_CALL_S:
-            slow_s += r["kernel_s"] * inside
+            slow_s += r["kernel_s"] * share
     return dict(compile=100 * compile_s / total, evaluation=100 * evaluate_s / total, slow=100 * slow_s / total,
                 rest=100 * (1 - (compile_s + evaluate_s) / total))
 

@@ -81,14 +81,16 @@ def by_tier(rows: list[dict]) -> list[dict]:
         if r.get("phase") == "generate" and r.get("backend"):
             groups[r["backend"], r.get("size_tier"), r.get("oracle_device")].append(r)
     out = []
+    measured = {}  # per group: its examples x their mean measured milliseconds
     for (backend, tier, device), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         means = {p: 1e3 * sum(r.get(p) or 0.0 for r in rs) / len(rs) for p in PARTS}
         out.append(dict(backend=backend, tier=tier, device=device, examples=len(rs), **means))
+        measured[backend, tier, device] = len(rs) * sum(means.values())
     totals = defaultdict(float)
+    for (backend, _, _), ms in measured.items():
+        totals[backend] += ms
     for t in out:
-        totals[t["backend"]] += t["examples"] * sum(t[p] for p in PARTS)
-    for t in out:
-        t["share"] = 100 * t["examples"] * sum(t[p] for p in PARTS) / max(totals[t["backend"]], 1e-12)
+        t["share"] = 100 * measured[t["backend"], t["tier"], t["device"]] / max(totals[t["backend"]], 1e-12)
     return out
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
+import sys
 from pathlib import Path
 
-
-def rows_of(results: Path) -> list[dict]:
-    return [json.loads(line) for line in (results / "rows.jsonl").read_text().splitlines() if line.strip()]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from campaign.store import read_rows  # noqa: E402
 
 
 def main() -> None:
@@ -25,8 +24,8 @@ def main() -> None:
     ap.add_argument("--cold", type=Path)
     ap.add_argument("--build", type=float, default=1.0, help="a first call longer than this built its module")
     a = ap.parse_args()
-    warm = rows_of(a.warm)
-    cold_units = {(r["backend"], r.get("jit_unit")) for r in rows_of(a.cold)} if a.cold else None
+    warm = read_rows(a.warm)
+    cold_units = {(r["backend"], r.get("jit_unit")) for r in read_rows(a.cold)} if a.cold else None
     first = collections.defaultdict(list)
     for r in warm:
         if r.get("compile_s"):

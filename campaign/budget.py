@@ -26,6 +26,23 @@ BUSY = ("materialize_s", "oracle_s", "kernel_s", "compare_s")  # a row's time; c
 COUNTED = ("generate", "shrink", "replay")
 
 
+def row_split(row: dict) -> tuple[float, float, float] | None:
+    """(end, evaluation seconds, build seconds) of an example's row (generation, shrink or replay); None for other
+    rows and rows without time."""
+    if row.get("phase") not in COUNTED or row.get("t") is None:
+        return None
+    busy = sum(row.get(p) or 0.0 for p in BUSY)
+    if busy <= 0:
+        return None
+    built = min(row.get("compile_s") or 0.0, busy)
+    return row["t"], busy - built, built
+
+
+def inside(end: float, busy: float, lo: float, hi: float) -> float:
+    """The share of a row's span [end - busy, end] that lies in [lo, hi]."""
+    return max(0.0, min(end, hi) - max(end - busy, lo)) / busy
+
+
 class CompileBudget:
     """Compile slots over a campaign of `workers` whose compile share is `share` (the ceiling after warm-up)."""
 
@@ -41,13 +58,9 @@ class CompileBudget:
 
     def record(self, row: dict) -> None:
         """A row from a worker: its evaluation and build seconds, if it is an example's."""
-        if row.get("phase") not in COUNTED or row.get("t") is None:
-            return
-        busy = sum(row.get(p) or 0.0 for p in BUSY)
-        if busy <= 0:
-            return
-        built = min(row.get("compile_s") or 0.0, busy)
-        self._rows.append((row["t"], busy - built, built))
+        split = row_split(row)
+        if split is not None:
+            self._rows.append(split)
 
     def evaluation_share(self, now: float) -> float:
         """Evaluation's share of workers x the last WINDOW_S before `now`."""
@@ -56,9 +69,7 @@ class CompileBudget:
             self._rows.popleft()
         seconds = 0.0
         for end, evaluated, built in self._rows:
-            busy = evaluated + built
-            inside = max(0.0, min(end, now) - max(end - busy, lo)) / busy
-            seconds += evaluated * inside
+            seconds += evaluated * inside(end, evaluated + built, lo, now)
         return seconds / (self.workers * self.window_s)
 
     def slots(self, elapsed: float, now: float) -> int:

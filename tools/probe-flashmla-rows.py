@@ -17,6 +17,7 @@ import csv
 import json
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,9 +42,7 @@ def reshaped(case: Case, s_q: int, context: int = 0, heads: int | None = None, s
 
 def variants(case: Case) -> list[tuple[str, Case]]:
     """(label, case): the saved case three times (run to run), then one field changed at a time."""
-    def shaped(s_q: int, context: int = 0, heads: int | None = None, seqs: int | None = None) -> Case:
-        return reshaped(case, s_q, context, heads, seqs)
-
+    shaped = partial(reshaped, case)
     out = [(f"saved run {i}", case) for i in range(3)]
     out += [(f"s_q {s}", shaped(s)) for s in (1, 2, 16, 32, 63, 64, 65, 100, 120, 126, 127, 128, 129, 130, 192, 256)]
     out += [(f"s_q 129 heads {h}", shaped(129, heads=h)) for h in (1, 2, 8, 16, 64, 128)]
