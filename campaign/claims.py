@@ -85,15 +85,26 @@ class Claim:
 # budget at one slot, FlashInfer workers still ran four builds at once, one worker five in one task
 # (campaigns/jit-untold-budget-h200-2026-11-27.md).
 BUDGET_FILE = "budget"
+# Likewise the backends whose builds would outlast the campaign (campaign.compiles.BuildTimes): a running task's first
+# calls build nothing of theirs from then on, where its own `builds` flag still says yes.
+LATE_FILE = "late"
+
+
+def _publish(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def write_budget(slots_root: str | os.PathLike, slots: int) -> None:
     """Publish the driver's current compile slots to every worker's next claim."""
-    path = Path(slots_root) / BUDGET_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(str(slots))
-    os.replace(tmp, path)
+    _publish(Path(slots_root) / BUDGET_FILE, str(slots))
+
+
+def write_late(slots_root: str | os.PathLike, backends: set[str]) -> None:
+    """Publish the backends no worker's claim may build for any more (one name a line)."""
+    _publish(Path(slots_root) / LATE_FILE, "".join(f"{b}\n" for b in sorted(backends)))
 
 
 class CompileClaims:
@@ -138,6 +149,13 @@ class CompileClaims:
         except (OSError, ValueError):
             return self.slots
 
+    def late(self) -> frozenset[str]:
+        """The backends the driver published as late (write_late): none while it published nothing."""
+        try:
+            return frozenset((self.slots_root / LATE_FILE).read_text().split())
+        except OSError:
+            return frozenset()
+
     def _slot(self) -> int | None:
         for i in range(self.limit()):
             fd = _try_lock(self.slots_root / f"slot-{i}.lock")
@@ -147,7 +165,10 @@ class CompileClaims:
 
     def claim(self, backend: str, key: str, covers: str = "", space: str = "") -> Claim | None:
         """The right to build `key` (of compile key `covers` when a variant) now, its lock (in `space`: shared modules)
-        and a slot, or None: another process builds it, or every slot is busy."""
+        and a slot, or None: another process builds it, every slot is busy, or the backend's builds would outlast the
+        campaign (write_late)."""
+        if backend in self.late():
+            return None
         lock, _ = self._paths(backend, key, space)
         key_fd = _try_lock(lock)
         if key_fd is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import json
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # A build that would outlast a time-boxed campaign is not started: once less time is left than BUILD_QUANTILE of a
@@ -34,7 +35,9 @@ from dataclasses import dataclass, field
 # few rows anyway. On an H200, FlashInfer's untold 10-minute campaign spent 1,034 and 576 worker seconds (11 and 6 % of
 # the workers' time) in builds its end killed (campaigns/jit-untold-side-by-side-h200-2026-11-27.md); with the 90th
 # percentile of first calls (104-106 s) still 10.2 and 5.7 %, its builds taking up to 185 s
-# (campaigns/jit-untold-cold-warm-h200-2026-11-27.md): the longest first call so far bounds it now.
+# (campaigns/jit-untold-cold-warm-h200-2026-11-27.md): the longest first call so far bounds it now, and so does a first
+# call still running (one of prefill-fa2's builds outlasted every earlier one, and its killed builds took 11.0 % of
+# the worker time: campaigns/jit-untold-budget-h200-2026-11-27.md).
 BUILD_QUANTILE = 1.0
 BUILD_SAMPLES = 5
 
@@ -64,9 +67,12 @@ class BuildTimes:
         xs = self.seconds.get(backend, ())
         return xs[int(BUILD_QUANTILE * (len(xs) - 1))] if len(xs) >= BUILD_SAMPLES else None
 
-    def late(self, remaining: float) -> set[str]:
-        """The backends whose builds would likely outlast `remaining` seconds."""
-        return {b for b in self.seconds if (e := self.expected(b)) is not None and remaining < e}
+    def late(self, remaining: float, running: Mapping[str, float] | None = None) -> set[str]:
+        """The backends whose builds would likely outlast `remaining` seconds: their longest first call so far, or the
+        age of the oldest one still running (`running`: backend -> seconds), is longer."""
+        running = running or {}
+        return {b for b in set(self.seconds) | set(running)
+                if max(self.expected(b) or 0.0, running.get(b, 0.0)) > remaining}
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Protocol
 from .budget import CompileBudget
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
-from .claims import WARMUP_S, built_by, built_modules, compile_slots_at, write_budget
+from .claims import WARMUP_S, built_by, built_modules, compile_slots_at, write_budget, write_late
 from .compiles import BuildTimes
 from .clock import WorkerClock
 from .progress import Progress
@@ -124,6 +124,9 @@ class Driver:
         self.build_times = BuildTimes()
         self.budget = CompileBudget(cfg.compile_share, workers)
         self.published: int | None = None  # the compile slots last written for running tasks (campaign.claims)
+        # the late backends last written for running tasks (campaign.claims); None: not yet, so a resumed campaign's
+        # first turn writes over its earlier run's list
+        self.published_late: set[str] | None = None
         self.harness_errors: list[str] = []
         self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
         self.errored: set[int] = set()
@@ -407,8 +410,7 @@ class Driver:
             self._check_hangs()
             now = time.time()
             slots = self._compile_budget(now - started)
-            late = self.build_times.late(deadline - now) if deadline is not None else set()
-            self.scheduler.late = late
+            late = self._late(deadline - now) if deadline is not None else set()
             if interrupted["signal"] is not None and grace_until is None:
                 self._stop_all()
                 grace_until = now + 3.0
@@ -428,6 +430,25 @@ class Driver:
                     self._stop_all()
                     grace_until = now + 5.0
             self.progress.tick()
+
+    def _late(self, remaining: float) -> set[str]:
+        """The backends whose builds would outlast the `remaining` seconds (campaign.compiles.BuildTimes, with the ages
+        of the first calls the workers' heartbeats say are running): no compile task, and no claim of a running task
+        builds for them (campaign.claims.write_late)."""
+        now, running = time.time(), {}
+        for beat in self.beats.values():
+            if beat.get("first_compile"):
+                b = beat.get("backend", "")
+                running[b] = max(running.get(b, 0.0), now - beat.get("started", now))
+        late = self.build_times.late(remaining, running)
+        self.scheduler.late = late
+        if late != self.published_late and self.wcfg.slots_dir:
+            try:
+                write_late(self.wcfg.slots_dir, late)
+                self.published_late = late
+            except OSError:
+                pass  # the tasks' own flags still hold new builds back
+        return late
 
     def _compile_budget(self, elapsed: float) -> int:
         """The compile slots `elapsed` seconds in (campaign.budget: the warm-up's share, then held down while

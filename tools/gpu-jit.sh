@@ -36,7 +36,7 @@ case ${PART:-start} in
       fuzz $args ${LIMITS:+--limits '$LIMITS'} --time $SECS --workers auto --no-replay --cache-dir $CACHE --out $RES" \
       >> "/tmp/jit-res/$NAME.log" 2>&1 < /dev/null &
     echo $! > "/tmp/jit-res/$NAME.pid"
-    sleep 40; ps -o pid,etime,cmd -p "$(cat /tmp/jit-res/$NAME.pid)" | cut -c1-120; tail -3 "/tmp/jit-res/$NAME.log" ;;
+    sleep "${SLEEP:-40}"; ps -o pid,etime,cmd -p "$(cat /tmp/jit-res/$NAME.pid)" | cut -c1-120; tail -3 "/tmp/jit-res/$NAME.log" ;;
   until)  # only waits for the campaign's end (at most UNTIL s): the next campaign may start before this one's report
     wait_end ;;
   pack)  # the raw results alone, in parts ($OUT takes 8 files): benchmarks/jit_campaign.py runs anywhere on them

@@ -19,6 +19,41 @@ def test_a_backend_is_late_once_less_time_is_left_than_its_first_calls_take():
     assert times.late(119.0) == {"fi"} and times.late(121.0) == set()
 
 
+def test_a_first_call_still_running_bounds_the_builds_as_a_finished_one_does():
+    """A build longer than every earlier one is known only while it runs: one of prefill-fa2's did, and the builds the
+    deadline killed took 11.0 % of the worker time (campaigns/jit-untold-budget-h200-2026-11-27.md)."""
+    times = BuildTimes()
+    for s in [0.1] * 8 + [100.0]:
+        times.record("fi", s)
+    assert times.late(150.0) == set()
+    assert times.late(150.0, running={"fi": 160.0}) == {"fi"}  # older than the longest finished one
+    assert times.late(150.0, running={"fi": 20.0}) == set()
+    assert times.late(150.0, running={"fa4": 151.0}) == {"fa4"}  # before any of its first calls ended
+
+
+def test_the_driver_publishes_late_backends_from_its_heartbeats(tmp_path):
+    import time
+
+    from campaign.claims import CompileClaims
+    from campaign.engine import CampaignConfig, Driver
+    from tests.campaign.test_compiles import SPEC, _Pool
+
+    slots = tmp_path / "slots"
+    (slots).mkdir()
+    (slots / "late").write_text("test-fake-jit\n")  # an earlier run's list: written over at the first turn
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], seconds=600, specs=SPEC, progress=False)
+    driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=3, specs=SPEC, slots_dir=str(slots)))
+    claims = CompileClaims(tmp_path / "keys", slots, slots=3)
+    assert driver._late(300.0) == set() and claims.late() == frozenset()
+    driver.beats[0] = {"backend": "test-fake-jit", "first_compile": True, "started": time.time() - 400.0}
+    driver.beats[1] = {"backend": "other", "first_compile": False, "started": time.time() - 500.0}  # no first call
+    assert driver._late(300.0) == {"test-fake-jit"} and driver.scheduler.late == {"test-fake-jit"}
+    assert claims.late() == {"test-fake-jit"} and claims.claim("test-fake-jit", "k") is None
+    assert claims.claim("other", "k") is not None and claims.slot_only() is not None  # loads go on
+    driver.beats.clear()
+    assert driver._late(300.0) == set() and claims.late() == frozenset()
+
+
 def test_a_late_backend_gets_no_compile_task_its_built_modules_cases_still_go_out():
     s = Scheduler(["jit", "other"], examples=None, shard_size=5, compile_slots=3)
     for wid in range(2):
