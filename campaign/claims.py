@@ -88,6 +88,12 @@ BUDGET_FILE = "budget"
 # Likewise the backends whose builds would outlast the campaign (campaign.compiles.BuildTimes): a running task's first
 # calls build nothing of theirs from then on, where its own `builds` flag still says yes.
 LATE_FILE = "late"
+# A compile task (the driver's choice of module: campaign.compiles.Backlog) that finds every slot busy waits up to
+# SLOT_WAIT_S for one, holding this lock shared; meanwhile generation's first calls take no slot. They had won every
+# freed slot before: on an H200, fa4-varlen's first calls (2-12 s each, 2.7-3.5 slots busy in minutes 1-2) left
+# fa4-paged no slot from 84 s on, and no row after it (campaigns/jit-untold-late-builds-h200-2026-11-27.md).
+WANT_FILE = "want.lock"
+SLOT_WAIT_S = 20.0
 
 
 def _publish(path: Path, text: str) -> None:
@@ -156,32 +162,62 @@ class CompileClaims:
         except OSError:
             return frozenset()
 
-    def _slot(self) -> int | None:
+    def _free_slot(self) -> int | None:
         for i in range(self.limit()):
             fd = _try_lock(self.slots_root / f"slot-{i}.lock")
             if fd is not None:
                 return fd
         return None
 
-    def claim(self, backend: str, key: str, covers: str = "", space: str = "") -> Claim | None:
+    def someone_waits(self) -> bool:
+        """Whether a compile task waits for a slot (it holds the want lock shared)."""
+        try:
+            fd = os.open(self.slots_root / WANT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+
+    def _slot(self, wait_s: float = 0.0) -> int | None:
+        """A free slot now, none while a compile task waits for one; with `wait_s` (a compile task) the next one to
+        free within that many seconds, before any claim that does not wait."""
+        if wait_s <= 0:
+            return None if self.someone_waits() else self._free_slot()
+        self.slots_root.mkdir(parents=True, exist_ok=True)
+        want = os.open(self.slots_root / WANT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(want, fcntl.LOCK_SH)
+            until = time.monotonic() + wait_s
+            while (fd := self._free_slot()) is None and time.monotonic() < until:
+                time.sleep(0.05)
+            return fd
+        finally:
+            os.close(want)
+
+    def claim(self, backend: str, key: str, covers: str = "", space: str = "", wait_s: float = 0.0) -> Claim | None:
         """The right to build `key` (of compile key `covers` when a variant) now, its lock (in `space`: shared modules)
-        and a slot, or None: another process builds it, every slot is busy, or the backend's builds would outlast the
-        campaign (write_late)."""
+        and a slot (waited for up to `wait_s`: `_slot`), or None: another process builds it, every slot is busy, or the
+        backend's builds would outlast the campaign (write_late)."""
         if backend in self.late():
             return None
         lock, _ = self._paths(backend, key, space)
         key_fd = _try_lock(lock)
         if key_fd is None:
             return None
-        slot_fd = self._slot()
+        slot_fd = self._slot(wait_s)
         if slot_fd is None:
             _unlock(key_fd)
             return None
         return Claim(self, backend, key, key_fd, slot_fd, covers)
 
-    def slot_only(self) -> Claim | None:
+    def slot_only(self, wait_s: float = 0.0) -> Claim | None:
         """A compile slot alone, to load a built key's module into this process (no key lock: loads do not collide)."""
-        slot_fd = self._slot()
+        slot_fd = self._slot(wait_s)
         return None if slot_fd is None else Claim(self, "", "", None, slot_fd)
 
     def wait_claim(self, backend: str, key: str, covers: str = "", until: float | None = None,

@@ -33,7 +33,7 @@ from reference.case import Case
 
 from .buckets import row_symptoms
 from .caches import KEYS_FOLDER, cache_root
-from .claims import Claim, CompileClaims, built_by
+from .claims import SLOT_WAIT_S, Claim, CompileClaims, built_by
 from .compiles import key_text
 from .store import tensors_b64
 from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
@@ -331,13 +331,15 @@ class Worker:
                    "kind": task.kind.value, "task_s": time.perf_counter() - started, **self.spent})
 
     # --- tasks ----------------------------------------------------------------------------------
-    def _defers(self, backend, case: Case, built: frozenset[str]) -> tuple[tuple[str, str] | None, Claim | None]:
+    def _defers(self, backend, case: Case, built: frozenset[str],
+                wait_s: float = 0.0) -> tuple[tuple[str, str] | None, Claim | None]:
         """((the case's compile key, its module) when the case waits for the module, None) or (None, the claim to build
         or load its module here now; None when this process has run it, or loads it without a slot): campaign.claims.
         Building a module and loading a built one into this process both take a compile slot (measured on an H100:
         FA4's first calls take 2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads
         in process (Backend.loads_in_process); a case waits while another process builds its module or every slot is
-        busy, and the driver hands it to a worker that has the module loaded."""
+        busy, and the driver hands it to a worker that has the module loaded. `wait_s`: a compile task waits that long
+        for a slot, ahead of generation's claims (campaign.claims.SLOT_WAIT_S)."""
         gated = self._module(backend, case)
         if gated is None or (backend.name, gated[1]) in self._units:
             return None, None
@@ -347,8 +349,8 @@ class Worker:
             return gated, None
         if built_here and backend.loads_in_process:  # a load on this worker's own core: no slot (Backend)
             return None, None
-        claim = self.claims.slot_only() if built_here else self.claims.claim(
-            backend.name, unit, covers=text, space=backend.jit_module_space or "")
+        claim = self.claims.slot_only(wait_s) if built_here else self.claims.claim(
+            backend.name, unit, covers=text, space=backend.jit_module_space or "", wait_s=wait_s)
         return (gated, None) if claim is None else (None, claim)
 
     def _module(self, backend, case: Case) -> tuple[str, str] | None:
@@ -552,7 +554,8 @@ class Worker:
             case = Case.from_json(text)
             claim = None
             if task.needs_slot:  # beside generation: a first call here (a build or a load) only in a free slot
-                waits_for, claim = self._defers(backend, case, frozenset())
+                wait_s = min(SLOT_WAIT_S, max(0.0, deadline - time.time())) if deadline is not None else SLOT_WAIT_S
+                waits_for, claim = self._defers(backend, case, frozenset(), wait_s)
                 if waits_for is not None:  # another process builds it, or every slot is busy: the cases wait again
                     for text2, where2 in zip(task.cases[n:], task.wheres[n:]):
                         self.send({"type": "deferred", "key": task.key, "unit": task.unit or task.key, "case": text2,

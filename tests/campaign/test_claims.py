@@ -113,6 +113,7 @@ def test_a_task_s_slots_bound_the_worker_s_first_calls(tmp_path, monkeypatch):
     from tests.repro_scripts import drawn_cases
 
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    monkeypatch.setattr("campaign.worker.SLOT_WAIT_S", 0.2)  # the compile task's wait for the busy slot
     spec = ("tests.campaign.fake_jit:backends",)
     backend = get("test-fake-jit", specs=spec)
     case = drawn_cases(backend.caps, Limits(max_sequences=2, max_context=16, max_query=4), 1)[0]
@@ -205,3 +206,40 @@ def test_the_driver_publishes_the_budget_when_it_changes(tmp_path):
     for s in range(60):  # a minute of every worker building
         driver.budget.record({"phase": "generate", "t": now - 59 + s, "kernel_s": 1.0, "compile_s": 1.0})
     assert driver._compile_budget(WARMUP_S + 60) == 2 and budget.read_text() == "2"
+
+
+def test_a_compile_task_waiting_for_a_slot_gets_the_next_one_before_generation_s_claims(tmp_path):
+    """Generation's first calls try a slot at every draw, a compile task once: they won every freed slot, and on an
+    H200 fa4-varlen's first calls left fa4-paged none from 84 s on (campaigns/jit-untold-late-builds-h200-2026-11-27.md).
+    A compile task now waits for the next free slot, and no generation claim takes one meanwhile."""
+    import threading
+
+    claims = CompileClaims(tmp_path / "keys", tmp_path / "slots", slots=1)
+    held = claims.claim("varlen", "k1")
+    assert held is not None and not claims.someone_waits()
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(claims.claim("paged", "k2", wait_s=10.0)))
+    waiter.start()
+    for _ in range(200):
+        if claims.someone_waits():
+            break
+        time.sleep(0.01)
+    assert claims.someone_waits()
+    held.done(built=True)  # the slot frees: generation's claims still take none while the compile task waits
+    assert claims.claim("varlen", "k3") is None and claims.slot_only() is None
+    waiter.join(5.0)
+    assert got and got[0] is not None and got[0].backend == "paged"
+    assert not claims.someone_waits() and claims.slot_only() is None  # the compile task holds the one slot
+    got[0].done(built=True)
+    assert claims.slot_only() is not None
+
+
+def test_a_compile_task_waits_no_longer_than_it_was_told(tmp_path):
+    claims = CompileClaims(tmp_path / "keys", tmp_path / "slots", slots=1)
+    held = claims.slot_only()
+    started = time.monotonic()
+    assert held is not None and claims.claim("paged", "k", wait_s=0.3) is None
+    assert 0.3 <= time.monotonic() - started < 3.0
+    assert not claims.someone_waits() and claims.claim("paged", "k") is None  # its key lock went with it: no slot
+    held.done(built=False)
+    assert claims.claim("paged", "k") is not None
