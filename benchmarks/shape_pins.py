@@ -23,7 +23,7 @@ PAIR = ("test-fake-jit-shapes", "test-fake-jit-shapes-unpinned")
 
 
 def run(backend: str, seconds: int, workers: int, seed: int) -> dict:
-    with standin_campaign(ROOT, backend, seconds, workers, seed) as tmp:
+    with standin_campaign(ROOT, [backend], seconds, workers, seed) as tmp:
         rows = [json.loads(line) for line in (tmp / "out" / "rows.jsonl").read_text().splitlines() if line.strip()]
         generated = sorted(r["t"] for r in rows if r.get("phase") == "generate")
         builds = (tmp / "shapes.log").read_text().count("\n") if (tmp / "shapes.log").exists() else 0

@@ -410,7 +410,7 @@ class Driver:
             self._check_hangs()
             now = time.time()
             slots = self._compile_budget(now - started)
-            late = self._late(deadline - now) if deadline is not None else set()
+            late = self._late(None if deadline is None else deadline - now)
             if interrupted["signal"] is not None and grace_until is None:
                 self._stop_all()
                 grace_until = now + 3.0
@@ -431,16 +431,16 @@ class Driver:
                     grace_until = now + 5.0
             self.progress.tick()
 
-    def _late(self, remaining: float) -> set[str]:
+    def _late(self, remaining: float | None) -> set[str]:
         """The backends whose builds would outlast the `remaining` seconds (campaign.compiles.BuildTimes, with the ages
-        of the first calls the workers' heartbeats say are running): no compile task, and no claim of a running task
-        builds for them (campaign.claims.write_late)."""
+        of the first calls the workers' heartbeats say are running; none without a time budget): no compile task, and
+        no claim of a running task builds for them (campaign.claims.write_late)."""
         now, running = time.time(), {}
         for beat in self.beats.values():
             if beat.get("first_compile"):
                 b = beat.get("backend", "")
                 running[b] = max(running.get(b, 0.0), now - beat.get("started", now))
-        late = self.build_times.late(remaining, running)
+        late = set() if remaining is None else self.build_times.late(remaining, running)
         self.scheduler.late = late
         if late != self.published_late and self.wcfg.slots_dir:
             try:

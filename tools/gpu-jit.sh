@@ -6,6 +6,7 @@
 #   PART=wait NAME=flashinfer-cold [UNTIL=590] bash tools/gpu-jit.sh   # waits for its end (at most UNTIL s), then collects
 # EXTRA_PATH=/tmp/vdeps for vLLM's backends driven whole (vllm-backend-*: its config code, tools/stage-vllm.sh);
 # LIMITS='{"kv_cache_dtypes":["fp8_e4m3"]}' (no spaces) focuses a campaign that is not issue #35's untold one.
+# SLEEP=N: the seconds PART=start waits before it shows the campaign's first lines (40; 5 lets the next start sooner).
 # A warm run is the same command with another NAME and the same CACHE. Into $OUT: NAME.log (device, versions, the
 # campaign's live lines), NAME.md (benchmarks/jit_campaign.py, benchmarks/throughput.py), NAME-summary.md,
 # NAME-compile_keys.csv, NAME-compile_draws.json, NAME-rows.jsonl.xz (tools/analysis/first-calls.py reads it).

@@ -34,7 +34,7 @@ def test_a_first_call_still_running_bounds_the_builds_as_a_finished_one_does():
 def test_the_driver_publishes_late_backends_from_its_heartbeats(tmp_path):
     import time
 
-    from campaign.claims import CompileClaims
+    from campaign.claims import CompileClaims, write_late
     from campaign.engine import CampaignConfig, Driver
     from tests.campaign.test_compiles import SPEC, _Pool
 
@@ -52,6 +52,9 @@ def test_the_driver_publishes_late_backends_from_its_heartbeats(tmp_path):
     assert claims.claim("other", "k") is not None and claims.slot_only() is not None  # loads go on
     driver.beats.clear()
     assert driver._late(300.0) == set() and claims.late() == frozenset()
+    write_late(slots, {"test-fake-jit"})  # a --time run's list, then a resume with an example budget: no deadline
+    resumed = Driver(cfg, _Pool(), WorkerConfig(compile_slots=3, specs=SPEC, slots_dir=str(slots)))
+    assert resumed._late(None) == set() and claims.late() == frozenset()
 
 
 def test_a_late_backend_gets_no_compile_task_its_built_modules_cases_still_go_out():
