@@ -88,7 +88,7 @@ BUDGET_FILE = "budget"
 # Likewise the backends whose builds would outlast the campaign (campaign.compiles.BuildTimes): a running task's first
 # calls build nothing of theirs from then on, where its own `builds` flag still says yes.
 LATE_FILE = "late"
-# A compile task (the driver's choice of module: campaign.compiles.Backlog) that finds every slot busy waits up to
+# A compile task of a starved backend (campaign.compiles.FirstCalls) that finds every slot busy waits up to
 # SLOT_WAIT_S for one, holding this lock shared; meanwhile generation's first calls take no slot. They had won every
 # freed slot before: on an H200, fa4-varlen's first calls (2-12 s each, 2.7-3.5 slots busy in minutes 1-2) left
 # fa4-paged no slot from 84 s on, and no row after it (campaigns/jit-untold-late-builds-h200-2026-11-27.md).

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import json
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 # A build that would outlast a time-boxed campaign is not started: once less time is left than BUILD_QUANTILE of a
@@ -40,6 +40,15 @@ from dataclasses import dataclass, field
 # the worker time: campaigns/jit-untold-budget-h200-2026-11-27.md).
 BUILD_QUANTILE = 1.0
 BUILD_SAMPLES = 5
+
+# A backend with unbuilt modules waiting whose last first call ended STARVED_S ago (or never), while another backend's
+# did since, is starved of compile slots: its compile tasks then wait for one (Task.slot_wait). Generation's claims
+# come at every draw, a compile task's once: on an H200, fa4-varlen's first calls won every freed slot and fa4-paged
+# had no row after 84 s of a cold campaign (campaigns/jit-untold-late-builds-h200-2026-11-27.md). With every compile
+# task waiting, the CPU stand-in's test-fake-jit made 898 and 1,260 rows in 90 s against 1,536 and 1,657 without the
+# wait; with a starved backend's alone, 757-1,592 against 997-1,566 over five rounds (benchmarks/jit_standin.py, in
+# the same file).
+STARVED_S = 30.0
 
 # Deferred cases kept per module: beyond it a drawn case of that module is dropped (its example number gets no row).
 BACKLOG_PER_MODULE = 64
@@ -73,6 +82,23 @@ class BuildTimes:
         running = running or {}
         return {b for b in set(self.seconds) | set(running)
                 if max(self.expected(b) or 0.0, running.get(b, 0.0)) > remaining}
+
+
+class FirstCalls:
+    """When each backend's last first call of a module ended, as rows bring them: which backends are starved."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started  # the campaign's start: a backend with no first call yet counts from it
+        self.last: dict[str, float] = {}
+
+    def ended(self, backend: str, t: float) -> None:
+        self.last[backend] = max(self.last.get(backend, t), t)
+
+    def starved(self, now: float, waiting: Iterable[str]) -> set[str]:
+        """The backends of `waiting` (those of compile tasks going out: unbuilt modules that cases wait for) with no
+        first call for STARVED_S while another backend had one."""
+        recent = {b for b, t in self.last.items() if now - t < STARVED_S}
+        return {b for b in waiting if now - self.last.get(b, self.started) >= STARVED_S and recent - {b}}
 
 
 @dataclass

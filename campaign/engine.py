@@ -20,8 +20,8 @@ from typing import Protocol
 from .budget import CompileBudget
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import KEYS_FOLDER, cache_root
-from .claims import WARMUP_S, built_by, built_modules, compile_slots_at, write_budget, write_late
-from .compiles import BuildTimes
+from .claims import SLOT_WAIT_S, WARMUP_S, built_by, built_modules, compile_slots_at, write_budget, write_late
+from .compiles import BuildTimes, FirstCalls
 from .clock import WorkerClock
 from .progress import Progress
 from .scheduler import Scheduler
@@ -122,6 +122,7 @@ class Driver:
         self.shrinking: dict[int, Task] = {}
         self.clock = WorkerClock()
         self.build_times = BuildTimes()
+        self.first_calls = FirstCalls(time.time())  # which backends' compile tasks wait for a slot (Task.slot_wait)
         self.budget = CompileBudget(cfg.compile_share, workers)
         self.published: int | None = None  # the compile slots last written for running tasks (campaign.claims)
         # the late backends last written for running tasks (campaign.claims); None: not yet, so a resumed campaign's
@@ -167,6 +168,7 @@ class Driver:
         phase = row.get("phase")
         if row.get("first_of_key"):
             self.scheduler.first_call_done()
+            self.first_calls.ended(row["backend"], time.time())
             if row.get("compile_s"):
                 self.build_times.record(row["backend"], row["compile_s"])
         if row.get("compile_key"):
@@ -402,6 +404,7 @@ class Driver:
     def _loop(self, deadline: float | None, interrupted: dict) -> None:
         """Start the workers, then schedule and collect until the budget, the work or a signal ends it."""
         grace_until, started = None, time.time()
+        self.first_calls.started = started
         for slot in range(self.plumbing.slots):
             self._start(slot)
         while True:
@@ -420,16 +423,25 @@ class Driver:
             if grace_until is not None and (not self.slot_of or now >= grace_until):
                 break
             if grace_until is None:
-                for wid, task in self.scheduler.schedule():
+                assigned = self.scheduler.schedule()
+                starved = self.first_calls.starved(now, {t.backend for _, t in assigned if t.needs_slot})
+                for wid, task in assigned:
                     if task.kind == TaskKind.SHRINK:
                         self.shrinking[wid] = task
-                    task = replace(task, slots=slots, builds=task.backend not in late)
+                    task = self._stamped(task, slots, late, starved)
                     self.plumbing.assign(wid, task, self._task_deadline(task, deadline))
                     self.clock.assigned(wid, task.backend)
                 if self.scheduler.finished:
                     self._stop_all()
                     grace_until = now + 5.0
             self.progress.tick()
+
+    @staticmethod
+    def _stamped(task: Task, slots: int, late: set[str], starved: set[str]) -> Task:
+        """A task as it goes out: the compile slots of the moment, whether its first calls may build (not for a late
+        backend), and for a starved backend's compile task its wait for a slot (campaign.compiles.FirstCalls)."""
+        waits = task.kind == TaskKind.DEFERRED and task.needs_slot and task.backend in starved
+        return replace(task, slots=slots, builds=task.backend not in late, slot_wait=SLOT_WAIT_S if waits else 0.0)
 
     def _late(self, remaining: float | None) -> set[str]:
         """The backends whose builds would outlast the `remaining` seconds (campaign.compiles.BuildTimes, with the ages

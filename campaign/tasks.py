@@ -45,6 +45,9 @@ class Task:
     slots: int = 0  # the campaign's compile slots when the task went out (campaign.claims.compile_slots_at; 0: config)
     pins_of: int = 0  # GENERATE, SHRINK: the shard whose pinned shape a focused shard draws (0: its own; fuzz.shapes)
     builds: bool = True  # a first call may build a module (False near a campaign's end: campaign.compiles.BuildTimes)
+    # DEFERRED with needs_slot, of a starved backend (campaign.compiles.FirstCalls): seconds it waits for a busy slot,
+    # ahead of generation's claims (campaign.claims.SLOT_WAIT_S); 0: it takes a free one or gives its cases back
+    slot_wait: float = 0.0
 
     def to_dict(self) -> dict:
         return {"kind": self.kind.value, "backend": self.backend, "shard": self.shard, "size": self.size,
@@ -52,7 +55,7 @@ class Task:
                 "signature": list(self.signature) if self.signature else None, "cases": list(self.cases),
                 "wheres": list(self.wheres), "key": self.key, "unit": self.unit, "built": list(self.built),
                 "needs_slot": self.needs_slot, "tour": self.tour, "slots": self.slots, "pins_of": self.pins_of,
-                "builds": self.builds}
+                "builds": self.builds, "slot_wait": self.slot_wait}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Task":
@@ -62,7 +65,8 @@ class Task:
                    wheres=tuple(d.get("wheres") or ()), key=d.get("key", ""), unit=d.get("unit", ""),
                    built=tuple(d.get("built") or ()),
                    needs_slot=bool(d.get("needs_slot")), tour=bool(d.get("tour")), slots=int(d.get("slots") or 0),
-                   pins_of=int(d.get("pins_of") or 0), builds=bool(d.get("builds", True)))
+                   pins_of=int(d.get("pins_of") or 0), builds=bool(d.get("builds", True)),
+                   slot_wait=float(d.get("slot_wait") or 0.0))
 
     @property
     def label(self) -> str:

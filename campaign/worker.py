@@ -33,7 +33,7 @@ from reference.case import Case
 
 from .buckets import row_symptoms
 from .caches import KEYS_FOLDER, cache_root
-from .claims import SLOT_WAIT_S, Claim, CompileClaims, built_by
+from .claims import Claim, CompileClaims, built_by
 from .compiles import key_text
 from .store import tensors_b64
 from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
@@ -338,8 +338,8 @@ class Worker:
         Building a module and loading a built one into this process both take a compile slot (measured on an H100:
         FA4's first calls take 2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads
         in process (Backend.loads_in_process); a case waits while another process builds its module or every slot is
-        busy, and the driver hands it to a worker that has the module loaded. `wait_s`: a compile task waits that long
-        for a slot, ahead of generation's claims (campaign.claims.SLOT_WAIT_S)."""
+        busy, and the driver hands it to a worker that has the module loaded. `wait_s`: a starved backend's compile task
+        waits that long for a slot, ahead of generation's claims (Task.slot_wait)."""
         gated = self._module(backend, case)
         if gated is None or (backend.name, gated[1]) in self._units:
             return None, None
@@ -554,7 +554,7 @@ class Worker:
             case = Case.from_json(text)
             claim = None
             if task.needs_slot:  # beside generation: a first call here (a build or a load) only in a free slot
-                wait_s = min(SLOT_WAIT_S, max(0.0, deadline - time.time())) if deadline is not None else SLOT_WAIT_S
+                wait_s = task.slot_wait if deadline is None else min(task.slot_wait, max(0.0, deadline - time.time()))
                 waits_for, claim = self._defers(backend, case, frozenset(), wait_s)
                 if waits_for is not None:  # another process builds it, or every slot is busy: the cases wait again
                     for text2, where2 in zip(task.cases[n:], task.wheres[n:]):

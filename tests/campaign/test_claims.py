@@ -113,7 +113,6 @@ def test_a_task_s_slots_bound_the_worker_s_first_calls(tmp_path, monkeypatch):
     from tests.repro_scripts import drawn_cases
 
     monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
-    monkeypatch.setattr("campaign.worker.SLOT_WAIT_S", 0.2)  # the compile task's wait for the busy slot
     spec = ("tests.campaign.fake_jit:backends",)
     backend = get("test-fake-jit", specs=spec)
     case = drawn_cases(backend.caps, Limits(max_sequences=2, max_context=16, max_query=4), 1)[0]
@@ -211,7 +210,7 @@ def test_the_driver_publishes_the_budget_when_it_changes(tmp_path):
 def test_a_compile_task_waiting_for_a_slot_gets_the_next_one_before_generation_s_claims(tmp_path):
     """Generation's first calls try a slot at every draw, a compile task once: they won every freed slot, and on an
     H200 fa4-varlen's first calls left fa4-paged none from 84 s on (campaigns/jit-untold-late-builds-h200-2026-11-27.md).
-    A compile task now waits for the next free slot, and no generation claim takes one meanwhile."""
+    A starved backend's compile task now waits for the next free slot, and no generation claim takes one meanwhile."""
     import threading
 
     claims = CompileClaims(tmp_path / "keys", tmp_path / "slots", slots=1)

@@ -83,3 +83,37 @@ def test_a_task_that_may_not_build_defers_the_cases_of_unbuilt_modules(tmp_path,
     sent.clear()
     worker.run(Task(TaskKind.GENERATE, "test-fake-jit", shard=3, size=4, start=0))  # free slots: it builds
     assert [m for m in sent if m["type"] == "row"] and (tmp_path / "builds.log").exists()
+
+
+def test_a_backend_without_a_first_call_for_a_while_is_starved_while_others_have_them():
+    """fa4-paged had no first call from 84 s on while fa4-varlen's held every compile slot (campaigns/
+    jit-untold-late-builds-h200-2026-11-27.md): its compile tasks then wait for a slot (Task.slot_wait)."""
+    from campaign.compiles import STARVED_S, FirstCalls
+
+    calls = FirstCalls(started=0.0)
+    calls.ended("varlen", 10.0)
+    calls.ended("paged", 12.0)
+    assert calls.starved(20.0, {"varlen", "paged"}) == set()
+    calls.ended("varlen", 12.0 + STARVED_S)
+    assert calls.starved(12.0 + STARVED_S, {"paged"}) == {"paged"}  # varlen's calls go on, paged's stopped
+    assert calls.starved(12.0 + STARVED_S, {"varlen"}) == set()
+    assert calls.starved(13.0 + 3 * STARVED_S, {"paged"}) == set()  # nobody had one lately: no race to lose
+    assert FirstCalls(started=0.0).starved(STARVED_S, {"paged"}) == set()
+    fresh = FirstCalls(started=0.0)
+    fresh.ended("varlen", STARVED_S)
+    assert fresh.starved(STARVED_S, {"paged"}) == {"paged"}  # none yet since the start
+
+
+def test_only_a_starved_backend_s_compile_tasks_wait_for_a_slot():
+    from campaign.claims import SLOT_WAIT_S
+    from campaign.engine import Driver
+
+    compile_task = Task(TaskKind.DEFERRED, "paged", key="k", cases=("c",), wheres=({},), needs_slot=True)
+    stamped = Driver._stamped(compile_task, 2, late=set(), starved={"paged"})
+    assert stamped.slot_wait == SLOT_WAIT_S and stamped.slots == 2 and stamped.builds
+    assert Task.from_dict(stamped.to_dict()).slot_wait == SLOT_WAIT_S  # it travels to the worker
+    assert Driver._stamped(compile_task, 2, late=set(), starved={"varlen"}).slot_wait == 0.0
+    loads = Task(TaskKind.DEFERRED, "paged", key="k", cases=("c",), wheres=({},))  # built: no slot to wait for
+    assert Driver._stamped(loads, 2, late=set(), starved={"paged"}).slot_wait == 0.0
+    generate = Task(TaskKind.GENERATE, "paged", shard=3, size=10)
+    assert not Driver._stamped(generate, 1, late={"paged"}, starved={"paged"}).builds
