@@ -43,7 +43,8 @@ def standin_campaign(tree: Path, backends: list[str], seconds: int, workers: int
         shutil.copy(STANDINS, spec / "fake_jit_standin.py")
         env = dict(os.environ, FAKE_JIT_DIR=str(tmp), PYTHONPATH=f"{tree}{os.pathsep}{spec}")
         subprocess.run([sys.executable, "-m", "cli", "--backend-spec", "fake_jit_standin:backends", "fuzz",
-                        *[arg for b in backends for arg in ("--backend", b)], "--time", str(seconds), "--workers", str(workers), "--seed", str(seed),
+                        *[arg for b in backends for arg in ("--backend", b)], "--time", str(seconds),
+                        "--workers", str(workers), "--seed", str(seed),
                         "--out", str(tmp / "out"), "--no-replay", "--cache-dir", str(tmp / "cache"), "--quiet"],
                        cwd=tree, env=env, check=False, capture_output=True)
         yield tmp

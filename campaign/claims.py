@@ -170,18 +170,10 @@ class CompileClaims:
         return None
 
     def someone_waits(self) -> bool:
-        """Whether a compile task waits for a slot (it holds the want lock shared)."""
-        try:
-            fd = os.open(self.slots_root / WANT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
-        except OSError:
-            return True
-        finally:
-            os.close(fd)
+        """Whether a compile task waits for a slot (it holds the want lock shared: no exclusive lock to be had)."""
+        fd = _try_lock(self.slots_root / WANT_FILE)
+        _unlock(fd)
+        return fd is None
 
     def _slot(self, wait_s: float = 0.0) -> int | None:
         """A free slot now, none while a compile task waits for one; with `wait_s` (a compile task) the next one to

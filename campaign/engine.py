@@ -124,10 +124,9 @@ class Driver:
         self.build_times = BuildTimes()
         self.first_calls = FirstCalls(time.time())  # which backends' compile tasks wait for a slot (Task.slot_wait)
         self.budget = CompileBudget(cfg.compile_share, workers)
-        self.published: int | None = None  # the compile slots last written for running tasks (campaign.claims)
-        # the late backends last written for running tasks (campaign.claims); None: not yet, so a resumed campaign's
-        # first turn writes over its earlier run's list
-        self.published_late: set[str] | None = None
+        # what was last written to the slots folder for running tasks (campaign.claims), by name: the first turn writes
+        # each, so a resumed campaign's writes over its earlier run's
+        self.published: dict[str, object] = {}
         self.harness_errors: list[str] = []
         self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
         self.errored: set[int] = set()
@@ -454,13 +453,18 @@ class Driver:
                 running[b] = max(running.get(b, 0.0), now - beat.get("started", now))
         late = set() if remaining is None else self.build_times.late(remaining, running)
         self.scheduler.late = late
-        if late != self.published_late and self.wcfg.slots_dir:
-            try:
-                write_late(self.wcfg.slots_dir, late)
-                self.published_late = late
-            except OSError:
-                pass  # the tasks' own flags still hold new builds back
+        self._publish("late", late, write_late)  # else the tasks' own flags still hold new builds back
         return late
+
+    def _publish(self, name: str, value, write) -> None:
+        """`write(slots folder, value)` when `value` differs from what was last written under `name`; a failed write
+        is tried again at the next turn."""
+        if self.wcfg.slots_dir and (name not in self.published or self.published[name] != value):
+            try:
+                write(self.wcfg.slots_dir, value)
+                self.published[name] = value
+            except OSError:
+                pass
 
     def _compile_budget(self, elapsed: float) -> int:
         """The compile slots `elapsed` seconds in (campaign.budget: the warm-up's share, then held down while
@@ -468,12 +472,7 @@ class Driver:
         slots = self.budget.slots(elapsed, time.time())
         if self.scheduler.compile_slots:  # 0: first calls are not gated (--compile-slices, --compile-share 1)
             self.scheduler.compile_slots = slots
-            if slots != self.published and self.wcfg.slots_dir:  # running tasks' claims follow it too
-                try:
-                    write_budget(self.wcfg.slots_dir, slots)
-                    self.published = slots
-                except OSError:
-                    pass  # the tasks' own counts still bound their claims
+            self._publish("budget", slots, write_budget)  # running tasks' claims follow it (else their own counts)
         return slots
 
     def _result(self, signum: int | None) -> CampaignResult:
