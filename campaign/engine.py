@@ -23,6 +23,7 @@ from .caches import KEYS_FOLDER, cache_root
 from .claims import SLOT_WAIT_S, WARMUP_S, built_by, built_modules, compile_slots_at, write_budget, write_late
 from .compiles import BuildTimes, FirstCalls
 from .clock import WorkerClock
+from .profiling import driver_profile
 from .progress import Progress
 from .scheduler import Scheduler
 from .store import RowStore, prepare, read_rows, resume_state, saved_cases
@@ -62,6 +63,7 @@ class CampaignConfig:
     cache_dir: str | None = None  # the JIT libraries' compile caches (campaign/caches.py); None: the default folder
     # JIT first calls' share of the workers after the warm-up (campaign.claims.compile_slots_at); 1: compile where drawn
     compile_share: float = 0.2
+    profile_dir: str | None = None  # --profile: the workers' and the driver's cProfile statistics (campaign.profiling)
 
 
 @dataclass
@@ -516,7 +518,8 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
                         shrink_seconds=cfg.shrink_seconds, compile_slices=cfg.compile_slices,
                         cache_dir=str(cache_root(cfg.cache_dir)), compile_share=cfg.compile_share,
                         compile_slots=compile_slots_at(0.0, cfg.compile_share, slots),
-                        slots_dir=str(Path(cfg.out).resolve() / "logs" / "compile-slots"))
+                        slots_dir=str(Path(cfg.out).resolve() / "logs" / "compile-slots"),
+                        profile_dir=str(Path(cfg.profile_dir).resolve()) if cfg.profile_dir else None)
     if cfg.use_ray:
         from .ray_pool import RayPool
 
@@ -526,7 +529,8 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
 
         plumbing = LocalPool(wcfg, slots=slots, gpus=gpus, log_dir=Path(cfg.out) / "logs",
                              tag=str(Path(cfg.out).resolve()))
-    return Driver(cfg, plumbing, wcfg).run()
+    with driver_profile(wcfg.profile_dir):
+        return Driver(cfg, plumbing, wcfg).run()
 
 
 def _declared_keys(cfg: CampaignConfig) -> dict[str, list[str]]:

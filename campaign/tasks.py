@@ -101,13 +101,15 @@ class WorkerConfig:
     compile_share: float = 0.2  # JIT builds' share of the workers (campaign.claims); 1: every case compiles where drawn
     compile_slots: int = 1  # builds at once at the start: the warm-up share x the host's workers (campaign.claims)
     slots_dir: str | None = None  # the campaign's compile slot locks (campaign.claims); None: the cache folder's
+    profile_dir: str | None = None  # --profile: each worker's cProfile statistics go there (campaign.profiling)
 
     def to_dict(self) -> dict:
         return {"seed": self.seed, "limits": self.limits, "specs": list(self.specs), "threads": self.threads,
                 "oracle_cpu_max": self.oracle_cpu_max, "shrink_seconds": self.shrink_seconds,
                 "shrink_examples": self.shrink_examples, "compile_slices": self.compile_slices,
                 "cache_dir": self.cache_dir, "compile_share": self.compile_share,
-                "compile_slots": self.compile_slots, "slots_dir": self.slots_dir}
+                "compile_slots": self.compile_slots, "slots_dir": self.slots_dir,
+                "profile_dir": self.profile_dir}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkerConfig":
@@ -120,7 +122,8 @@ class WorkerConfig:
                    cache_dir=d.get("cache_dir", default.cache_dir),
                    compile_share=d.get("compile_share", default.compile_share),
                    compile_slots=d.get("compile_slots", default.compile_slots),
-                   slots_dir=d.get("slots_dir", default.slots_dir))
+                   slots_dir=d.get("slots_dir", default.slots_dir),
+                   profile_dir=d.get("profile_dir", default.profile_dir))
 
 
 def cores() -> int:

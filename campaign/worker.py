@@ -35,6 +35,7 @@ from .buckets import row_symptoms
 from .caches import KEYS_FOLDER, cache_root
 from .claims import Claim, CompileClaims, built_by
 from .compiles import key_text
+from .profiling import TaskProfiler
 from .store import tensors_b64
 from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
 
@@ -183,6 +184,7 @@ class Worker:
         keys = cache_root(config.cache_dir) / KEYS_FOLDER
         self.claims = CompileClaims(keys, config.slots_dir or keys / "slots", config.compile_slots)
         self.spent = dict.fromkeys(SPENT, 0.0)  # the running task's seconds by part (run)
+        self.profiler = TaskProfiler(config.profile_dir)
 
     # --- shared pieces --------------------------------------------------------------------------
     def _loaded(self, name: str) -> tuple[Any, list[Limits]]:
@@ -306,7 +308,12 @@ class Worker:
 
     def run(self, task: Task, deadline: float | None = None) -> None:
         """Run one task to its end (or the deadline / a stop request); always ends with a `done` message, which
-        carries the task's seconds and, for generation, where they went besides the rows (`spent`)."""
+        carries the task's seconds and, for generation, where they went besides the rows (`spent`). Under cProfile
+        with `--profile` (campaign.profiling)."""
+        with self.profiler.task():
+            self._run(task, deadline)
+
+    def _run(self, task: Task, deadline: float | None) -> None:
         exhausted = self.stalled = False
         self.builds = task.builds
         started = time.perf_counter()

@@ -96,7 +96,7 @@ def _cmd_fuzz(a) -> int:
                          oracle_cpu_max=a.oracle_cpu_max, replay_saved=not a.no_replay,
                          use_ray=a.ray is not None, ray_address=a.ray or None, progress=not a.quiet,
                          compile_slices=a.compile_slices, mps=a.mps, cache_dir=a.cache_dir,
-                         compile_share=a.compile_share)
+                         compile_share=a.compile_share, profile_dir=a.profile)
     if cfg.use_ray:
         import importlib.util
 
@@ -281,6 +281,9 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--cache-dir", metavar="DIR",
                    help="the JIT libraries' compile caches (Triton, inductor, FA4, FlashInfer), kept between campaigns "
                         "(default: $ATTNREF_CACHE_DIR, $XDG_CACHE_HOME/attnref or ~/.cache/attnref; see `attnref cache`)")
+    f.add_argument("--profile", metavar="DIR",
+                   help="run every worker's tasks and the driver under cProfile, statistics in DIR (worker-PID.prof, "
+                        "driver.prof; `python benchmarks/worker_profile.py DIR` tabulates them); slows the campaign")
     f.add_argument("--mutants", action="store_true", help="allow mutant-* backends")
     f.add_argument("--limits", default="{}", help="JSON of fuzz.strategies.Limits: sizes, and a focus "
                    'for JIT-compiled kernels, e.g. \'{"dtypes": ["bfloat16"], "head_sizes": [128]}\'')

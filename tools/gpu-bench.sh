@@ -14,6 +14,10 @@
 #   mps        fast and small under CUDA MPS (`attnref fuzz --mps`: the workers' kernels share the GPU at once)
 #   cpumax     fast with each --oracle-cpu-max of ORACLE_MAXES (score elements up to which the oracle stays on the
 #              CPU), in turns per backend: where the crossover lies for the whole harness in one run
+#   profile    fast and small again under `attnref fuzz --profile` (TIME_PROF s each): the workers' and the driver's
+#              calls by own time (benchmarks/worker_profile.py), profile.md
+#   syncs      benchmarks/sync_count.py per FAST backend (SYNC_EXAMPLES cases): GPU synchronisations by line, syncs.md
+#   workers    fast with --workers ALT_WORKERS (12): whether the 16 cores are the limit
 # Everything lands in $OUT (markdown tables, logs, a results tarball).
 set -uo pipefail
 PY=${PY:-python3}
@@ -66,10 +70,22 @@ for part in $PARTS; do
     cpumax) header; for b in $FAST; do for m in ${ORACLE_MAXES:-65536 262144 1048576}; do
            fuzz "cpumax$m-$b" "${TIME_FAST:-40}" auto --backend "$b" --oracle-cpu-max "$m"
          done; done ;;
+    profile) for b in $FAST; do for tier in fast small; do
+           lim='{}'; [ "$tier" = small ] && lim='{"tiers": ["small"]}'
+           timeout $((${TIME_PROF:-30} + 120)) $PY -m cli fuzz --time "${TIME_PROF:-30}" --workers auto --quiet --no-replay \
+             --out "$RES/prof-$tier-$b" --backend "$b" --limits "$lim" --profile "$RES/prof-$tier-$b/profile" >> "$OUT/bench.log" 2>&1
+           { echo "## $tier, $b: workers"; $PY benchmarks/worker_profile.py "$RES/prof-$tier-$b/profile" --top 40
+             echo; echo "## $tier, $b: driver"; $PY benchmarks/worker_profile.py "$RES/prof-$tier-$b/profile" --driver --top 12
+             echo; $PY benchmarks/throughput.py "$RES/prof-$tier-$b"; echo; } >> "$OUT/profile.md" 2>&1
+         done; done ;;
+    syncs) for b in $FAST; do
+           timeout 300 $PY benchmarks/sync_count.py --backend "$b" --examples "${SYNC_EXAMPLES:-150}" >> "$OUT/syncs.md" 2>&1
+         done ;;
+    workers) header; for b in $FAST; do fuzz "workers${ALT_WORKERS:-12}-$b" "${TIME_FAST:-40}" "${ALT_WORKERS:-12}" --backend "$b"; done ;;
     mutant) header; fuzz "mutant-window" "${TIME_MUTANT:-60}" auto --mutants --backend mutant-window-off-by-one ;;
   esac
 done
-tar czf "$OUT/bench-results.tgz" -C "$(dirname "$RES")" "$(basename "$RES")" --exclude='*.pt' 2>/dev/null
+tar czf "$OUT/bench-results.tgz" --exclude='*.pt' --exclude='*.prof' -C "$(dirname "$RES")" "$(basename "$RES")" 2>/dev/null
 # a file over 16 MiB does not come back from the device: parts of 15 MiB (cat bench-results.tgz.part.* | tar xzf -)
 if [ "$(stat -c %s "$OUT/bench-results.tgz")" -gt 15728640 ]; then
   split -b 15M "$OUT/bench-results.tgz" "$OUT/bench-results.tgz.part." && rm "$OUT/bench-results.tgz"
