@@ -5,7 +5,7 @@ worker the campaign stops mid-task keeps its earlier tasks' figures; the driver 
 campaign ends. `profile_table(DIR)` merges the workers' files (pstats) into Markdown: the calls with the most time
 of their own, and that time by family (hypothesis, torch's operators, the oracle, the judge, ...). A worker's wait
 for its next task is not profiled. cProfile slows Python-heavy code, so time a campaign without it and read the
-profile for shares.
+profile for shares. Ray actors write to DIR on their own node.
 """
 from __future__ import annotations
 
@@ -20,17 +20,13 @@ from pathlib import Path
 WORKER_GLOB = "worker-*.prof"
 DRIVER_FILE = "driver.prof"
 
-# (family, what a function's file path or name holds), first match wins: the repository's packages by concept, then
-# the libraries a worker spends its time in
-FAMILIES = (
-    ("oracle, inputs (reference/)", "/reference/"),
-    ("judge, blind check, strategies (fuzz/)", "/fuzz/"),
-    ("backend wrappers (backends/)", "/backends/"),
-    ("campaign worker (campaign/)", "/campaign/"),
-    ("hypothesis", "/hypothesis/"),
-    ("torch operators (C++)", "torch."),
-    ("torch (Python)", "/torch/"),
-)
+# The repository's packages by concept (a file outside any installed package, whatever the checkout's path), then the
+# libraries a worker spends its time in; a built-in by its name
+REPOSITORY = (("/reference/", "oracle, inputs (reference/)"), ("/fuzz/", "judge, blind check, strategies (fuzz/)"),
+              ("/backends/", "backend wrappers (backends/)"), ("/campaign/", "campaign worker (campaign/)"))
+LIBRARIES = (("hypothesis/", "hypothesis"), ("torch/", "torch (Python)"))  # installed packages' folders
+TORCH_OPERATORS = "torch operators (C++)"
+OTHER = "other (Python, pipes, builtins)"
 
 
 class TaskProfiler:
@@ -50,8 +46,7 @@ class TaskProfiler:
             yield
         finally:
             self.profile.disable()
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self.profile.dump_stats(self.folder / f"worker-{os.getpid()}.prof")
+            _dump(self.profile, self.folder / f"worker-{os.getpid()}.prof")
 
 
 @contextmanager
@@ -66,17 +61,27 @@ def driver_profile(folder: str | None) -> Iterator[None]:
         yield
     finally:
         profile.disable()
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        profile.dump_stats(Path(folder) / DRIVER_FILE)
+        _dump(profile, Path(folder) / DRIVER_FILE)
+
+
+def _dump(profile: cProfile.Profile, path: Path) -> None:
+    """Write the statistics; a profile that cannot be written (a full disk) costs its figures, not the campaign."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(path)
+    except OSError:
+        pass
 
 
 def family(filename: str, name: str) -> str:
     """The family of a profiled function, from its file (or, for a built-in, its name)."""
-    where = filename.replace("\\", "/") if filename != "~" else name
-    for label, marker in FAMILIES:
-        if marker in where:
-            return label
-    return "other (Python, pipes, builtins)"
+    if filename == "~":
+        return TORCH_OPERATORS if "torch." in name else OTHER
+    path = filename.replace("\\", "/")
+    if "-packages/" in path:  # site-packages or dist-packages
+        package = path.split("-packages/", 1)[1]
+        return next((label for folder, label in LIBRARIES if package.startswith(folder)), OTHER)
+    return next((label for marker, label in REPOSITORY if marker in path), OTHER)
 
 
 def _label(func: tuple[str, int, str]) -> str:

@@ -87,6 +87,11 @@ def _cmd_fuzz(a) -> int:
         raise UsageError(f"--time={a.time}: seconds > 0")
     if not 0.0 < a.compile_share <= 1.0:
         raise UsageError(f"--compile-share={a.compile_share}: a share in (0, 1] (1: compile every case where drawn)")
+    if a.profile is not None:
+        try:
+            Path(a.profile).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--profile {a.profile}: cannot create that folder ({e.strerror})") from None
     examples = None if a.time and a.examples is None else (a.examples or 200)
     cfg = CampaignConfig(out=Path(a.out), backends=names, examples=examples, seconds=a.time, seed=a.seed,
                          example_timeout=a.example_timeout, compile_timeout=a.compile_timeout,

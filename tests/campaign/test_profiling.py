@@ -36,3 +36,6 @@ def test_families_follow_the_file_a_call_is_in_or_a_builtin_s_name():
     assert family("~", "<built-in method torch.einsum>") == "torch operators (C++)"
     assert family("/x/site-packages/torch/functional.py", "norm") == "torch (Python)"
     assert family("~", "<method 'flush' of '_io.TextIOWrapper' objects>").startswith("other")
+    # an installed library's folder named like a package of the repository is the library's, and the reverse
+    assert family("/opt/torch/.venv/lib/python3.12/site-packages/numpy/core/fromnumeric.py", "sum").startswith("other")
+    assert family("/opt/torch/checkout/reference/packed.py", "attend") == "oracle, inputs (reference/)"

@@ -81,6 +81,14 @@ def test_an_unwritable_out_directory_is_one_line(tmp_path, capsys):
     assert "cannot write" in _one_line_error(capsys, code)
 
 
+def test_an_unwritable_profile_folder_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = main(["fuzz", "--backend", "torch-sdpa-math", "--examples", "1", "--out", str(tmp_path / "out"), "--quiet",
+                 "--profile", str(blocker / "sub")])
+    assert "--profile" in _one_line_error(capsys, code)
+
+
 def test_schema_is_generated_from_the_case_and_validates_case_files(capsys):
     jsonschema = pytest.importorskip("jsonschema", reason="jsonschema arrives with the ray extra")
     assert main(["schema"]) == 0
