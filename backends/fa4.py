@@ -5,7 +5,9 @@ Two backends, two code paths of one function:
 - `fa4-paged`: the paged cache itself, `page_table` = the block table, `seqused_k` = seq_lens, K/V
   the flash_nhd key/value views `(num_blocks, block_size, H_kv, D)` (no copy).
 Kernel-level cases (any causal flag, window pair, q > k) go through both, `fa4-paged`'s through the page table.
-Windows are flash-attn's (left, right) with None unbounded; sinks are `learnable_sink`; soft-cap is
+Windows are flash-attn's (left, right) with None unbounded, and (-1, -1) as no window (`_resolve_causal_local_window`
+resets a pair of negative sides); a lone -1 beside a bounded side is a bound in FA4, unlike flash-attn 2/3, so
+the -1 spelling is drawn for whole pairs only (`window_size` below). Sinks are `learnable_sink`; soft-cap is
 `softcap`. ALiBi needs a CuTe score_mod and chunked local a mask_mod: not declared. FA4 documents
 that a page loaded by TMA is read whole, so a partially used last page must hold finite values:
 `fa4-paged` declares finite canaries only.
@@ -48,7 +50,7 @@ def _mask_kind(case) -> tuple[bool, bool, bool]:
     picks a kernel (flash_attn/cute/interface.py, _resolve_causal_local_window, 4.0.0b36): two negative sides are no
     window, the causal flag bounds the right side at 0, and a window bounded at 0 on the right only is causal. Each
     triple is a kernel of its own, so a spelling of "unbounded" as numbers is another compile."""
-    left, right = spellings.window_pair(case)
+    left, right = window_size(case)
     if left is not None and right is not None and left < 0 and right < 0:
         left = right = None
     if spellings.causal_flag(case):
@@ -58,6 +60,16 @@ def _mask_kind(case) -> tuple[bool, bool, bool]:
     if left is None and right == 0:
         return (True, False, False)
     return (False, left is not None, right is not None)
+
+
+def window_size(case) -> tuple[int | None, int | None]:
+    """FA4's `window_size` for the case. An unbounded side beside a bounded one is None even where the case spells
+    "unbounded" as -1: FA4 resets only a pair of negative sides, and keeps a lone -1 as the bound it is (block_info.py,
+    mask.py, 4.0.0b36). flash-attn 2/3's causal spelling (-1, 0) is thus a window of no key in FA4: in untold campaigns
+    on two H200s, every one of fa4-varlen's 6,509 (cold) and 2,628 (warm) failing rows the ledger did not explain had
+    such a lone -1, and 90-93 % of the rows with one failed (NaN/Inf LSE, outputs off by up to 143)
+    (benchmarks/results/campaigns/fa4-lone-minus-one-window-2026-11-27.md)."""
+    return spellings.window_pair(case, lone_minus_one=False)
 
 
 def _variant(case) -> tuple:
@@ -90,8 +102,8 @@ class FA4(Backend):
                             ("paged: page_table + seqused_k over the flash_nhd cache" if paged
                              else "packed cu_seqlens over contiguous K/V"))
         # flash_attn_varlen_func(..., softmax_scale=None, causal=False, window_size=(None, None), ...): a side is
-        # None or an int (-1 as in flash-attn 2/3, or a number past the keys); causal=True is the window
-        # (left, 0); page_table may be wider than the longest sequence's pages.
+        # None or an int (a number past the keys; -1 for both sides at once: window_size above); causal=True is the
+        # window (left, 0); page_table may be wider than the longest sequence's pages.
         encodings = (spellings.window_encodings(), spellings.CAUSAL_ENCODINGS, spellings.SCALE_ENCODINGS)
         common = dict(devices=frozenset({"cuda"}), dtypes=frozenset({DType.FLOAT16, DType.BFLOAT16}),
                       head_sizes=HEAD_SIZES, features=FEATURES, lse_base=LseBase.E,
@@ -129,7 +141,7 @@ class FA4(Backend):
         case = inputs.case
         dev = inputs.query.device
         kwargs = dict(cu_seqlens_q=cu_seqlens(case.query_lens, dev), max_seqlen_q=max(case.max_query_len, 1),
-                      causal=spellings.causal_flag(case), window_size=spellings.window_pair(case),
+                      causal=spellings.causal_flag(case), window_size=window_size(case),
                       softcap=case.soft_cap or 0.0, return_lse=True, **spellings.scale_kwargs(case))
         if inputs.sinks is not None:
             kwargs["learnable_sink"] = inputs.sinks.to(dev)
@@ -153,7 +165,7 @@ def kernel(q, ks, vs):
     from flash_attn.cute import flash_attn_varlen_func
 
     kw = dict(cu_seqlens_q=cu_seqlens(0), max_seqlen_q=max(max(s[0] for s in SEQS), 1), causal={spellings.causal_flag(case)},
-              window_size={spellings.window_pair(case)!r}, softcap=SOFT_CAP or 0.0, return_lse=True{scale})
+              window_size={window_size(case)!r}, softcap=SOFT_CAP or 0.0, return_lse=True{scale})
     if SINKS is not None:
         kw["learnable_sink"] = SINKS.to(DEVICE)
 '''

@@ -74,14 +74,18 @@ def sliding_window(case: Case) -> int | None:
     return left if left is None or left < 0 else left + 1
 
 
-def window_pair(case: Case, default: str = NONE, causal_in_window: bool = False) -> tuple[int | None, int | None]:
+def window_pair(case: Case, default: str = NONE, causal_in_window: bool = False,
+                lone_minus_one: bool = True) -> tuple[int | None, int | None]:
     """(left, right) as flash-attn style APIs take it: bounded sides as they are, unbounded ones spelled;
     causality as the window (left, 0) when the case spells it so (`causal_as_window`) or the API has no
-    causal flag (`causal_in_window`)."""
+    causal flag (`causal_in_window`). `lone_minus_one=False`: the API reads -1 as unbounded only for both sides
+    at once, a -1 beside a bounded side being a bound of its own (FA4), so there one unbounded side is None."""
     left, right = case.window_bounds
     if case.is_causal and (causal_in_window or causal_as_window(case)):
         right = 0
     spell = unbounded(case, default)
+    if spell == -1 and not lone_minus_one and (left is None) != (right is None):
+        spell = None
     return (spell if left is None else left, spell if right is None else right)
 
 
