@@ -41,6 +41,7 @@ class Bug(Enum):
     EMPTY_MERGE_NAN = "empty_merge_nan"  # merging two empty splits divides 0 by 0
     CAUSAL_TOP_LEFT = "causal_top_left"  # query j sees keys 0..j, ignoring the context
     SLOT_MINUS_ONE_WRITTEN = "slot_minus_one_written"  # padding token stored at slot -1 (the last slot)
+    LONE_MINUS_ONE_BOUND = "lone_minus_one_bound"  # a -1 window side beside a bounded one is a bound (FA4's reading)
 
 
 NAIVE_CAPS = Capabilities(
@@ -196,6 +197,9 @@ class NaivePaged(Backend):
         # flash-attn's window arguments: None or a negative side is unbounded, any number >= 0 bounds it
         # (vLLM's sliding_window W is (W-1, 0): W keys, the query's own included)
         left, right = (None if x is None or x < 0 else x for x in spellings.window_pair(case))
+        pair = spellings.window_pair(case)
+        if self.bug == Bug.LONE_MINUS_ONE_BOUND and not all(x is not None and x < 0 for x in pair):
+            left, right = pair  # only a pair of negative sides is no window; a lone -1 bounds (kp >= qp + 1)
         if case.chunk_lookback is not None:  # the window only sizes the chunks (causality may still travel in it)
             left, right = None, 0 if spellings.causal_as_window(case) else None
         if left is not None:

@@ -10,7 +10,7 @@ from numeric mismatches. A probe runs where the backend declares its case; it is
 | causal_alignment | bottom-right or top-left? | kernel, 2 queries over 4 keys, causal (or a decoder with context) |
 | window_left | does left=1 mean one key back plus the query's own? | kernel (1, 0) window, or sliding_window=2 |
 | window_right | does right=1 see one key ahead? | kernel (0, 1) window, or encoder_only sliding_window=2 |
-| window_unbounded | is an unbounded side unbounded? | kernel (None, 0) / (0, None) |
+| window_unbounded[spelling] | is an unbounded side unbounded, in each spelling the backend declares? | kernel (None, 0) / (0, None) |
 | empty_row | output 0 and the declared LSE for a row with no key | kernel 3 queries over 1 key, causal bottom-right; or cross attention with 0 keys |
 | lse_base | LSE in the declared base | one key: LSE = its logit |
 | soft_cap_before_mask | soft-cap on the scaled logits | soft_cap=1 on logits of size ~8 |
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from backends.base import Backend
+from backends.spellings import UNBOUNDED_WINDOW
 from reference.case import AttentionType, CacheSpec, Case, SequenceSpec, Values
 
 from .compare import evaluate
@@ -33,6 +34,18 @@ class Probe:
     name: str
     question: str
     variants: Callable[[Backend], list[Case]]  # candidate cases, most specific first
+    # an encoding whose every declared spelling is probed apart (rows `name[spelling]`): FA4 took a lone -1 window
+    # side as a bound while None passed (benchmarks/results/campaigns/fa4-lone-minus-one-window-2026-11-27.md)
+    spelled: str | None = None
+
+
+def spelled_variants(backend: Backend, probe: Probe, case: Case) -> list[tuple[str, Case]]:
+    """(row name, case) for each spelling of `probe.spelled` the backend declares, or the probe's own case."""
+    values = dict(backend.caps.encodings).get(probe.spelled, ()) if probe.spelled else ()
+    if not values:
+        return [(probe.name, case)]
+    kept = tuple(e for e in case.encodings if e[0] != probe.spelled)
+    return [(f"{probe.name}[{v}]", case.replace(encodings=kept + ((probe.spelled, v),))) for v in values]
 
 
 def _caches(backend: Backend) -> list[CacheSpec | None]:
@@ -58,6 +71,11 @@ def _kernel(backend: Backend, seqs, **kw) -> Case:
                 attn_type=AttentionType.KERNEL, **_base(backend, **kw))
 
 
+def _kernels(backend: Backend, seqs, **kw) -> list[Case]:
+    """The kernel case, then the same through each cache the backend reads (a paged kernel's raw API)."""
+    return [_kernel(backend, seqs, **kw)] + [_kernel(backend, seqs, cache=c, **kw) for c in _caches(backend) if c]
+
+
 def _decoder(backend: Backend, seqs, **kw) -> list[Case]:
     return [Case(sequences=tuple(SequenceSpec(query_len=q, context_len=c) for q, c in seqs), cache=cache,
                  **_base(backend, **kw)) for cache in _caches(backend)]
@@ -78,7 +96,8 @@ PROBES: tuple[Probe, ...] = (
                      Case(sequences=(SequenceSpec(4),), attn_type=AttentionType.ENCODER_ONLY,
                           sliding_window=2, **_base(b))]),
     Probe("window_unbounded", "an unbounded window side (None / -1) is unbounded",
-          lambda b: [_kernel(b, [(3, 5)], window=(None, 0)), _kernel(b, [(3, 5)], window=(0, None))]),
+          lambda b: _kernels(b, [(3, 5)], window=(None, 0)) + _kernels(b, [(3, 5)], window=(0, None)),
+          spelled=UNBOUNDED_WINDOW),
     Probe("empty_row", "a row with no visible key: output 0 and the declared empty-row LSE",
           lambda b: [_kernel(b, [(3, 1)], causal=True),
                      *[Case(sequences=(SequenceSpec(2, encoder_len=0), SequenceSpec(1, encoder_len=3)),
@@ -107,9 +126,10 @@ def run_probes(backend: Backend, device: str | None = None) -> list[dict]:
         if case is None:
             rows.append(dict(backend=backend.name, probe=probe.name, question=probe.question, verdict="not_applicable"))
             continue
-        row = evaluate(backend, case, device=device, check_blind=False).row
-        verdict = {"pass": "pass", "blind": "pass", "mismatch": "convention", "nan": "convention",
-                   "contract": "convention"}.get(row["verdict"], row["verdict"])  # crash / unsupported stay
-        rows.append(dict(backend=backend.name, probe=probe.name, question=probe.question, verdict=verdict,
-                         detail=row.get("message", ""), kernel_verdict=row["verdict"], case=case.to_json()))
+        for name, spelled in spelled_variants(backend, probe, case):
+            row = evaluate(backend, spelled, device=device, check_blind=False).row
+            verdict = {"pass": "pass", "blind": "pass", "mismatch": "convention", "nan": "convention",
+                       "contract": "convention"}.get(row["verdict"], row["verdict"])  # crash / unsupported stay
+            rows.append(dict(backend=backend.name, probe=name, question=probe.question, verdict=verdict,
+                             detail=row.get("message", ""), kernel_verdict=row["verdict"], case=spelled.to_json()))
     return rows
