@@ -196,8 +196,8 @@ class NaivePaged(Backend):
             ok &= kp <= qp
         # flash-attn's window arguments: None or a negative side is unbounded, any number >= 0 bounds it
         # (vLLM's sliding_window W is (W-1, 0): W keys, the query's own included)
-        left, right = (None if x is None or x < 0 else x for x in spellings.window_pair(case))
         pair = spellings.window_pair(case)
+        left, right = (None if x is None or x < 0 else x for x in pair)
         if self.bug == Bug.LONE_MINUS_ONE_BOUND and not all(x is not None and x < 0 for x in pair):
             left, right = pair  # only a pair of negative sides is no window; a lone -1 bounds (kp >= qp + 1)
         if case.chunk_lookback is not None:  # the window only sizes the chunks (causality may still travel in it)

@@ -178,7 +178,7 @@ def _cmd_probe(a) -> int:
             sink = (Path(a.out) / "probes.jsonl").open("a")
         except OSError as e:
             raise UsageError(f"--out {a.out}: cannot write ({e.strerror or e})") from None
-    print(f"{'backend':34s} {'probe':22s} verdict")
+    print(f"{'backend':34s} {'probe':28s} verdict")
     for name in names:
         try:
             backend = get(name, include_mutants=True, specs=tuple(a.backend_spec))
@@ -187,7 +187,7 @@ def _cmd_probe(a) -> int:
         for row in run_probes(backend):
             failed += row["verdict"] not in ("pass", "not_applicable")
             detail = f"  ({row['detail'][:90]})" if row["verdict"] not in ("pass", "not_applicable") else ""
-            print(f"{name:34s} {row['probe']:22s} {row['verdict']}{detail}")
+            print(f"{name:34s} {row['probe']:28s} {row['verdict']}{detail}")
             if sink is not None:
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()

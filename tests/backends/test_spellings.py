@@ -114,7 +114,6 @@ def test_vllms_w_spellings_of_no_window_mean_no_window_and_the_edge_is_the_bound
         assert not torch.equal(want.num_visible, cut.num_visible)
 
 
-
 def fa4_resolved(case: Case) -> tuple[int | None, int | None]:
     """The window FA4 computes with for the arguments backends.fa4 passes, by FA4's own rules
     (flash_attn/cute/interface.py, `_resolve_causal_local_window`, 4.0.0b36): a pair of negative sides is no window,
@@ -127,7 +126,6 @@ def fa4_resolved(case: Case) -> tuple[int | None, int | None]:
     if spellings.causal_flag(case):
         right = 0
     return left, right
-
 
 
 @settings(max_examples=150, deadline=None)
