@@ -41,12 +41,8 @@ class TaskProfiler:
         if self.profile is None:
             yield
             return
-        self.profile.enable()
-        try:
+        with _profiling(self.profile, self.folder / f"worker-{os.getpid()}.prof"):
             yield
-        finally:
-            self.profile.disable()
-            _dump(self.profile, self.folder / f"worker-{os.getpid()}.prof")
 
 
 @contextmanager
@@ -55,13 +51,19 @@ def driver_profile(folder: str | None) -> Iterator[None]:
     if not folder:
         yield
         return
-    profile = cProfile.Profile()
+    with _profiling(cProfile.Profile(), Path(folder) / DRIVER_FILE):
+        yield
+
+
+@contextmanager
+def _profiling(profile: cProfile.Profile, path: Path) -> Iterator[None]:
+    """`profile` on for the block, its statistics so far written to `path` when the block ends (also by an error)."""
     profile.enable()
     try:
         yield
     finally:
         profile.disable()
-        _dump(profile, Path(folder) / DRIVER_FILE)
+        _dump(profile, path)
 
 
 def _dump(profile: cProfile.Profile, path: Path) -> None:
