@@ -50,11 +50,7 @@ def _mask_kind(case) -> tuple[bool, bool, bool]:
     picks a kernel (flash_attn/cute/interface.py, _resolve_causal_local_window, 4.0.0b36): two negative sides are no
     window, the causal flag bounds the right side at 0, and a window bounded at 0 on the right only is causal. Each
     triple is a kernel of its own, so a spelling of "unbounded" as numbers is another compile."""
-    left, right = window_size(case)
-    if left is not None and right is not None and left < 0 and right < 0:
-        left = right = None
-    if spellings.causal_flag(case):
-        right = 0
+    left, right = resolved_window(case)
     if left is None and right is None:
         return (False, False, False)
     if left is None and right == 0:
@@ -70,6 +66,18 @@ def window_size(case) -> tuple[int | None, int | None]:
     such a lone -1, and 90-93 % of the rows with one failed (NaN/Inf LSE, outputs off by up to 143)
     (benchmarks/results/campaigns/fa4-lone-minus-one-window-2026-11-27.md)."""
     return spellings.window_pair(case, lone_minus_one=False)
+
+
+def resolved_window(case) -> tuple[int | None, int | None]:
+    """The window FA4 computes with for the arguments this backend passes (interface.py, `_resolve_causal_local_window`,
+    4.0.0b36): a pair of negative sides is no window, the causal flag bounds the right side at 0, and any other int side
+    is a bound as it stands."""
+    left, right = window_size(case)
+    if left is not None and right is not None and left < 0 and right < 0:
+        left = right = None
+    if spellings.causal_flag(case):
+        right = 0
+    return left, right
 
 
 def _variant(case) -> tuple:

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import reference as r
 from backends import spellings
+from backends.fa4 import resolved_window
 from backends.naive import NAIVE_CAPS, NaivePaged
 from campaign.engine import CampaignConfig, run_campaign
 from fuzz.compare import evaluate
@@ -114,20 +115,6 @@ def test_vllms_w_spellings_of_no_window_mean_no_window_and_the_edge_is_the_bound
         assert not torch.equal(want.num_visible, cut.num_visible)
 
 
-def fa4_resolved(case: Case) -> tuple[int | None, int | None]:
-    """The window FA4 computes with for the arguments backends.fa4 passes, by FA4's own rules
-    (flash_attn/cute/interface.py, `_resolve_causal_local_window`, 4.0.0b36): a pair of negative sides is no window,
-    the causal flag bounds the right side at 0, and any other int side is a bound as it stands."""
-    from backends.fa4 import window_size
-
-    left, right = window_size(case)
-    if left is not None and right is not None and left < 0 and right < 0:
-        left = right = None
-    if spellings.causal_flag(case):
-        right = 0
-    return left, right
-
-
 @settings(max_examples=150, deadline=None)
 @given(cases(KERNEL, SMALL), st.sampled_from([spellings.NONE, spellings.MINUS_ONE, spellings.EDGE, spellings.BEYOND]),
        st.sampled_from(["flag", "window"]))
@@ -137,7 +124,7 @@ def test_fa4_s_window_arguments_by_fa4_s_rules_are_the_case_s_window(case, spell
     attend as the case does: a lone -1 made 90-93 % of the rows that had one fail on two H200s
     (benchmarks/results/campaigns/fa4-lone-minus-one-window-2026-11-27.md)."""
     c = case.replace(encodings=((spellings.UNBOUNDED_WINDOW, spelling), (spellings.CAUSAL, causal)))
-    left, right = fa4_resolved(c)
+    left, right = resolved_window(c)  # FA4's own rules, read from its interface
     assert all(side is None or side >= 0 for side in (left, right)), (left, right)
     as_fa4 = case.replace(causal=False, window=None if (left, right) == (None, None) else (left, right))
     want, got = r.attention(r.materialize(case)), r.attention(r.materialize(as_fa4))
