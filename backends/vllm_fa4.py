@@ -10,7 +10,9 @@ module needs vLLM's config packages: `.whl/vdeps`), with the causal flag and win
 beside them. FLASH_ATTN passes `mask_mod=rswa or mm`: with both, the PrefixLM ranges are dropped (the
 Triton kernel applies both), so a case with both is not declared here (found on the H100). The wrapper's
 FA4 branch asserts ALiBi off and passes no q/k/v descales (no fp8). A page is loaded whole (TMA):
-finite canaries only.
+finite canaries only. The window keeps flash-attn 2/3's -1 per side: the wrapper passes each negative side to
+FA4 as None on its own (`vllm_flash_attn/flash_attn_interface.py` of vLLM 0.26.0), so causal's (-1, 0) is no
+left bound there, where FA4 called directly reads a lone -1 as one (`backends.fa4.window_size`).
 """
 from __future__ import annotations
 
