@@ -10,6 +10,9 @@ def test_equal_elements_share_one_strategy_and_other_types_do_not():
     assert pick([1, 2, 3]) is pick((1, 2, 3))
     assert pick([1, 2]) is not pick([1.0, 2.0])  # equal in a tuple, not as drawn values
     assert pick([True]) is not pick([1])
+    assert pick([(1, (2, 3))]) is pick([(1, (2, 3))])
+    assert pick([(1, (2, 3))]) is not pick([(1, (2, 3.0))])  # inside nested tuples too
+    assert pick([(1, 2)]) is not pick([[1, 2]]) and pick([[1, 2]]) is not pick([[1, 2]])  # a list: built afresh
     assert or_none(pick([4])) is or_none(pick([4]))
 
 
