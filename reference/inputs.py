@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch import Tensor
@@ -69,6 +69,9 @@ class Inputs:
     alibi_slopes: Tensor | None = None  # [H] float32
     qq_bias: Tensor | None = None  # [max_query_len, max_query_len] float32: added to the score of query i (of its
     #                                sequence's new tokens) on new token j, every sequence and head alike
+    # reference.attention.sequence_kv's keys and values by (sequence, dtype): the oracle's pass and the blind check
+    # read the same ones. Not an input: never compared, copied or moved; fuzz.compare.evaluate empties it.
+    widened: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def device(self) -> torch.device:
@@ -129,7 +132,7 @@ def to_device(inputs: Inputs, device: torch.device | str) -> Inputs:
     staged: list[Tensor] = []
     map_tensors(inputs, lambda t: staged.append(t) or t, storage=lambda t: t)
     moved = iter(transfer.move_all(staged, device))
-    return map_tensors(inputs, lambda t: next(moved), storage=lambda t: t.to(device))
+    return map_tensors(inputs, lambda t: next(moved), storage=lambda t: transfer.move(t, device))
 
 
 def map_tensors(inputs: Inputs, fn, storage=None) -> Inputs:
@@ -149,8 +152,8 @@ def map_tensors(inputs: Inputs, fn, storage=None) -> Inputs:
                            move(x.k_scale_cache), move(x.v_channel_scale), move(x.k_token_scales), move(x.v_token_scales))
         return x
 
-    fields = {f: move(getattr(inputs, f)) for f in inputs.__dataclass_fields__ if f != "case"}
-    return Inputs(case=inputs.case, **fields)
+    moved = {f.name: move(getattr(inputs, f.name)) for f in fields(inputs) if f.init and f.name != "case"}
+    return Inputs(case=inputs.case, **moved)
 
 
 # --- value distributions -------------------------------------------------------------------------

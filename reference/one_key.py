@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from . import transfer
 from .attention import Expected, attend_sequence, new_token_bias, query_for_oracle, sequence_kv, sequence_masks
 from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap
@@ -102,7 +103,7 @@ def _attend_again(inputs: Inputs, expected: Expected, query: Tensor, i: int, mov
     moved mask by the oracle's own per-sequence pass."""
     case = inputs.case
     start = case.query_starts[i]
-    picked = queries.nonzero().flatten().to(query.device)
+    picked = transfer.move(queries.nonzero().flatten(), query.device)
     k, v = sequence_kv(inputs, i, torch.float64)
     bias = None
     if inputs.qq_bias is not None:

@@ -55,3 +55,18 @@ def test_to_device_equals_moving_each_tensor(case):
     map_tensors(one_copy, lambda t: got.append(t) or t)
     assert len(got) == len(each) and all(same(a.cpu(), b.cpu()) and a.stride() == b.stride() for a, b in zip(got, each))
     assert all(t.device.type == "cuda" for t in got)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA device: the host-to-GPU copy that does not wait")
+def test_a_move_to_the_gpu_does_not_wait_and_arrives_whole():
+    """Each waiting copy was a turn of a GPU 16 workers share (reference/transfer.py): the host goes on, and the
+    stream's next work still reads every byte, also after the host's buffers are freed and reused."""
+    tensors = [torch.randn(64, 8, 128), torch.arange(9, dtype=torch.int32), torch.randn(3, 5).t(), torch.zeros(0)]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        batches = [transfer.move_all(tensors, torch.device("cuda")) for _ in range(8)]
+        one = transfer.move(torch.arange(5), torch.device("cuda"))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(same(a, b.cpu()) for moved in batches for a, b in zip(tensors, moved))
+    assert torch.equal(one.cpu(), torch.arange(5))
