@@ -188,6 +188,14 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
     """Run `case` on `backend` and judge it against the oracle. Never raises for kernel errors.
     `base`: base_row(backend, case) when the caller built it already (a campaign worker's heartbeat).
     `packed`: the oracle's padded one-pass formulation where the case fits it (False: always the chunked one)."""
+    evaluation = _evaluate(backend, case, device, check_blind, oracle_cpu_max, base, packed)
+    if evaluation.inputs is not None:  # the Evaluation outlives the case's turn: the widened keys it kept need not
+        evaluation.inputs.widened.clear()
+    return evaluation
+
+
+def _evaluate(backend: Backend, case: Case, device: str | None, check_blind: bool, oracle_cpu_max: int,
+              base: dict[str, Any] | None, packed: bool) -> Evaluation:
     row = dict(base) if base is not None else base_row(backend, case)
     reasons = backend.not_supported_reasons(case)
     if reasons:

@@ -24,6 +24,9 @@ from .widening import widen
 # Score-matrix elements one chunk may hold (2**22 float64 = 32 MiB), and keys per chunk.
 CHUNK_ELEMENTS = 2**22
 KEY_CHUNK = 4096
+# A sequence's widened keys and values kept for the next reader up to this size (a 16,384-key long-tier sequence's
+# float64 ones are 256 MiB: read again rather than held).
+KEPT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,20 @@ def query_for_oracle(inputs: Inputs, dtype: torch.dtype) -> Tensor:
 
 
 def sequence_kv(inputs: Inputs, i: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """Keys and values [kv_len, H_kv, D] of sequence i: from the paged cache when there is one."""
+    """Keys and values [kv_len, H_kv, D] of sequence i: from the paged cache when there is one. Kept on `inputs`
+    up to KEPT_BYTES (callers read them, never write them): the blind check reads again what the oracle read, 3.6 %
+    of an evaluation's time on the CPU without a cache and 7.5 % with one (torch-sdpa-math, torch-naive-paged)."""
+    kept = inputs.widened.get((i, dtype))
+    if kept is not None:
+        return kept
     n = inputs.case.kv_lens[i]
     if inputs.cache is not None:
-        return read_kv(inputs.cache, inputs.block_table[i], n, dtype)
-    return widen(inputs.keys[i], dtype), widen(inputs.values[i], dtype)
+        kv = read_kv(inputs.cache, inputs.block_table[i], n, dtype)
+    else:
+        kv = widen(inputs.keys[i], dtype), widen(inputs.values[i], dtype)
+    if sum(t.numel() * t.element_size() for t in kv) <= KEPT_BYTES:
+        inputs.widened[(i, dtype)] = kv
+    return kv
 
 
 def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: float,
