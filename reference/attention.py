@@ -142,8 +142,9 @@ def query_for_oracle(inputs: Inputs, dtype: torch.dtype) -> Tensor:
 
 def sequence_kv(inputs: Inputs, i: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """Keys and values [kv_len, H_kv, D] of sequence i: from the paged cache when there is one. Kept on `inputs`
-    up to KEPT_BYTES (callers read them, never write them): the blind check reads again what the oracle read, 3.6 %
-    of an evaluation's time on the CPU without a cache and 7.5 % with one (torch-sdpa-math, torch-naive-paged)."""
+    up to KEPT_BYTES (callers read them, never write them): the blind check read again what the oracle had read,
+    3.6 % of an evaluation's time on the CPU without a cache and 7.5 % with one (an evaluation of torch-naive-paged
+    37.7 -> 36.4 ms: benchmarks/results/throughput/harness-async-copies-h200-2026-11-27.md)."""
     kept = inputs.widened.get((i, dtype))
     if kept is not None:
         return kept

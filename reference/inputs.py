@@ -71,7 +71,8 @@ class Inputs:
     #                                sequence's new tokens) on new token j, every sequence and head alike
     # reference.attention.sequence_kv's keys and values by (sequence, dtype): the oracle's pass and the blind check
     # read the same ones. Not an input: never compared, copied or moved; fuzz.compare.evaluate empties it.
-    widened: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    widened: dict[tuple[int, torch.dtype], tuple[Tensor, Tensor]] = field(default_factory=dict, init=False, repr=False,
+                                                                           compare=False)
 
     @property
     def device(self) -> torch.device:

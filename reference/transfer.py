@@ -9,9 +9,11 @@ strides and dtypes. The same holds the other way: a case judged on the host afte
 brings its outputs back in one copy.
 
 From the host to a GPU the copy leaves from page-locked memory and the host does not wait for it: a copy from
-pageable memory is a synchronisation, and a case whose oracle ran on the GPU made 3.7-5.5 of its 10-13 there
-(benchmarks/results/throughput/harness-profile-h100-2026-11-27.md). Work queued after it on the same stream (the
-oracle, the kernel) runs after it; the evaluation's timers still synchronise once after materializing.
+pageable memory is a synchronisation, 3.5-3.9 of the 10.7-13.6 a case whose oracle ran on the GPU made (6.1-8.7
+without them, the examples/s within the machine's spread:
+benchmarks/results/throughput/harness-async-copies-h200-2026-11-27.md). Work queued after it on the same stream (the
+oracle, the kernel) runs after it; the evaluation's timers still synchronise once after materializing, so a kernel
+on a stream of its own reads whole inputs too.
 """
 from __future__ import annotations
 
