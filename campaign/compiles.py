@@ -24,6 +24,7 @@ deferring and 33 with every case compiled where drawn, the same keys built in bo
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -59,6 +60,17 @@ LOAD_BATCH = 8  # waiting cases for which a worker without the key's module load
 def key_text(key: tuple) -> str:
     """A compile key as the JSON text rows and task messages carry."""
     return json.dumps(list(key))
+
+
+@functools.lru_cache(maxsize=8192)
+def key_values(text: str) -> frozenset:
+    """The values a compile key (as key_text writes it) is made of: its dtype, head sizes, kv dtype, features."""
+    try:
+        key = json.loads(text)
+    except ValueError:
+        return frozenset({text})
+    items = key if isinstance(key, list) else [key]
+    return frozenset(json.dumps(v) if isinstance(v, (list, dict)) else v for v in items)
 
 
 class BuildTimes:
@@ -191,14 +203,20 @@ class Backlog:
         campaigns/jit-untold-side-by-side-h200-2026-11-26.md). Largest backlog alone, on an H200, built 267-280 FA4
         modules within 10-12 of its 2,304 keys (focused shards keep feeding their keys' new variants), and 3 keys of
         vllm-triton-unified against 93 of vllm-backend-triton beside it, whose backlogs, capped alike, came first
-        (campaigns/jit-untold-side-by-side-h200-2026-11-27.md)."""
+        (campaigns/jit-untold-side-by-side-h200-2026-11-27.md). Among new keys, the one with the most values (dtype,
+        head sizes, kv dtype, feature) that no built key of its backend has comes first: by backlog alone, an H200's
+        FlashInfer campaign built 27 of its 864 keys in 10 minutes and eight declared values, such as decode-tc's fp8
+        caches and soft-cap, got no row (campaigns/jit-untold-each-alone-h200-2026-11-27.md)."""
         breadth = self.builds_handed % 2 == 0
+        covered = {b: frozenset().union(*map(key_values, keys)) for b, keys in self.built_keys.items()}
 
         def order(bu: tuple[str, str]) -> tuple:
             backend, _ = bu
             entry = self.modules[bu]
             new_key = entry.key not in self.built_keys[backend]
-            return (new_key if breadth else 0, -len(self.built[backend]), len(entry.cases), entry.dropped, new_key)
+            new_values = len(key_values(entry.key) - covered.get(backend, frozenset())) if new_key else 0
+            return (new_key if breadth else 0, new_values if breadth else 0, -len(self.built[backend]),
+                    len(entry.cases), entry.dropped, new_key)
         return order
 
     def waiting(self, backend: str | None = None) -> int:

@@ -75,6 +75,26 @@ def test_builds_alternate_a_new_key_and_the_largest_backlog_the_backend_with_few
     assert b.take(built=False)[2] == "prefill"
 
 
+def test_a_new_key_with_values_no_built_key_has_is_built_before_a_larger_backlog():
+    """By backlog alone an H200's untold FlashInfer campaign built 27 of 864 keys in 10 minutes and never built
+    decode-tc's fp8 caches or soft-cap (campaigns/jit-untold-each-alone-h200-2026-11-27.md)."""
+    from campaign.compiles import key_text, key_values
+
+    assert key_values(key_text(("float16", (64, 64), "fp8_e4m3", "soft_cap"))) == {
+        "float16", "[64, 64]", "fp8_e4m3", "soft_cap"}
+    b = Backlog()
+    where = {"shard": 1, "index": 1, "shard_size": 9}
+    b.mark_built("fi", key_text(("bfloat16", (64, 64), "auto")))
+    b.mark_built("fi", key_text(("bfloat16", (64, 64), "auto", "window")))
+    known = key_text(("float16", (64, 64), "auto"))  # one value new (float16), the larger backlog
+    fresh = key_text(("bfloat16", (64, 64), "fp8_e4m3", "soft_cap"))  # two values new
+    for i in range(50):
+        b.defer("fi", known, f"k-{i}", where)
+    for i in range(3):
+        b.defer("fi", fresh, f"f-{i}", where)
+    assert [b.take(built=False)[1] for _ in range(2)] == [fresh, known]  # then a rows-soon turn: the larger backlog
+
+
 def test_built_keys_cases_follow_the_worker_that_has_their_module_loaded():
     """A first call costs seconds in each process (FA4: 2-5 s on an H100): a built key's few waiting cases go to the
     worker that ran the key, another worker takes them only once LOAD_BATCH wait or nobody has the key loaded."""
