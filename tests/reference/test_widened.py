@@ -40,17 +40,9 @@ def test_nothing_is_kept_past_the_bound(case):
     assert not inputs.widened
 
 
-def test_an_evaluation_leaves_nothing_kept():
-    backend = get("torch-naive-paged")
-    drawn = []
-
-    @settings(max_examples=10, deadline=None, database=None)
-    @given(cases(backend.caps, Limits(tiers=("small",))))
-    def collect(c):
-        drawn.append(c)
-
-    collect()
-    for c in drawn:
-        evaluation = evaluate(backend, c)
-        if evaluation.inputs is not None:
-            assert not evaluation.inputs.widened
+@settings(max_examples=10, deadline=None)
+@given(cases(get("torch-naive-paged").caps, Limits(tiers=("small",))))
+def test_an_evaluation_leaves_nothing_kept(case):
+    evaluation = evaluate(get("torch-naive-paged"), case)
+    if evaluation.inputs is not None:
+        assert not evaluation.inputs.widened
