@@ -9,7 +9,7 @@ library call, through `Backend.repro_kernel`.
 from __future__ import annotations
 
 from reference.case import Case
-from reference.inputs import EDGE_MARGIN, RECENT_BOOST
+from reference.values import EDGE_MARGIN, RECENT_BOOST
 
 from ._repro_cache import WRITTEN_DTYPES
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import reference as r
-from reference.inputs import EDGE_MARGIN, edge_boost, materialize
+from reference.inputs import materialize
+from reference.values import EDGE_MARGIN, edge_boost
 
 
 def _last_key_weight(case: r.Case) -> torch.Tensor:
