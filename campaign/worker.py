@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.errors import Unsatisfiable
 
 from backends.registry import get
-from fuzz.compare import Evaluation, base_row, evaluate
+from fuzz.compare import Evaluation, base_row, crash_message, evaluate
 from fuzz.judge import Verdict
 from fuzz.ledger import known_crash_for, known_for
 from fuzz.shapes import pin_shape, pins_text
@@ -274,8 +275,7 @@ class Worker:
                 # a backend that does not time its first call apart (vLLM's Triton kernels): the whole call was the build
                 row.setdefault("compile_s", row.get("kernel_s") or 0.0)
         started = time.perf_counter()
-        # a case the backend does not take (no inputs drawn) is no evidence about a finding
-        known = None if evaluation.inputs is None else known_for(backend.name, case, evaluation.inputs)
+        known = self._known(backend.name, case, evaluation)
         if "compare_s" in row:  # judging against the ledger is part of the comparison
             row["compare_s"] += time.perf_counter() - started
         if known is not None:
@@ -285,6 +285,27 @@ class Worker:
             if not failing:
                 row["known_fixed"] = True
         return row, evaluation
+
+    @staticmethod
+    def _known(name: str, case: Case, evaluation: Evaluation):
+        """The ledger's finding for the evaluated case, checked on its inputs, or None. A case the backend does not
+        take (no inputs drawn) is no evidence about a finding. After a crash that left the device unusable nothing is
+        checked (every op on it fails); a device error that shows only here, after the kernel's call returned, makes
+        the row this case's crash. On an H200, fa4-paged's illegal memory access raised in the sink check's first op,
+        was taken for a harness error, and ended the backend's campaign at minute 2
+        (benchmarks/results/campaigns/jit-untold-fa4-cold-warm-h200-2026-11-27.md)."""
+        row = evaluation.row
+        if evaluation.inputs is None or (row["verdict"] == Verdict.CRASH.value
+                                         and sticky_device_error(row.get("message", ""))):
+            return None
+        try:
+            return known_for(name, case, evaluation.inputs)
+        except Exception as e:
+            if not sticky_device_error(str(e)):
+                raise  # the ledger's own bug: a harness error, not the kernel's
+            row.update(verdict=Verdict.CRASH.value, symptom="crash", traceback=traceback.format_exc()[-4000:],
+                       message=f"{crash_message(e)} (raised after the kernel's call returned, by the next op on the device)")
+            return None
 
     def _over(self, deadline: float | None) -> bool:
         return (deadline is not None and time.time() >= deadline) or self.should_stop()
