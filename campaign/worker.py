@@ -108,6 +108,10 @@ class _Found(AssertionError):
     pass
 
 
+class _DeviceLost(Exception):
+    """A simplification step crashed with a sticky device error: no later step can run in this process."""
+
+
 def _hypothesis_settings(max_examples: int, phases: list[Phase]) -> settings:
     return settings(max_examples=max_examples, database=None, deadline=None, derandomize=False, phases=phases,
                     report_multiple_bugs=False, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
@@ -559,14 +563,20 @@ class Worker:
             if self._unbuilt(backend, case):
                 return False
             row, evaluation = self._shrink_step(backend, task, case, where)
+            state["evals"] += 1
+            if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+                state["sticky"] = True  # every later step would crash on the unusable device, each blamed on its case
+                raise _DeviceLost
             if tuple(target[1:]) in row_symptoms(row):
                 state["best"] = (row, evaluation)
                 return True
             return False
 
         best = Case.from_json(state["best"][0]["case"])
-        _, evaluations = simplify(best, backend.caps, still_fails, backend.not_supported_reasons)
-        state["evals"] += evaluations
+        try:
+            simplify(best, backend.caps, still_fails, backend.not_supported_reasons)
+        except _DeviceLost:
+            pass  # the best case so far is the minimal one, saved without its tensors (they live on that device)
 
     def _deferred(self, task: Task, deadline: float | None) -> None:
         """Generated cases that waited for their compile key: each gets the row it would have had when drawn. A built

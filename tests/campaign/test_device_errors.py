@@ -59,3 +59,26 @@ def test_the_ledger_s_own_error_stays_a_harness_error(tmp_path, monkeypatch):
     backend, case = _case()
     with pytest.raises(KeyError):
         _worker(tmp_path)._evaluate(backend, case, WHERE)
+
+
+def test_a_sticky_crash_while_simplifying_ends_the_simplification(tmp_path, monkeypatch):
+    """Each later step would run on the unusable device: a crash row per step, each blamed on its own case."""
+    from campaign.tasks import Task, TaskKind
+    from fuzz.simplify import simplify
+
+    backend, _ = _case()
+    limits = Limits(max_sequences=2, max_context=16, max_query=4)
+    case = next(c for c in drawn_cases(backend.caps, limits, 200)
+                if c.cache is not None and simplify(c, backend.caps, lambda _: False)[1] >= 2)
+
+    def crashes(inputs):
+        raise RuntimeError(ILLEGAL)
+
+    monkeypatch.setattr(backend, "run", crashes)
+    sent: list[dict] = []
+    worker = Worker(WorkerConfig(cache_dir=str(tmp_path)), send=sent.append)
+    task = Task(TaskKind.SHRINK, backend.name, shard=1, size=1, start=0)
+    state = {"best": ({"case": case.to_json()}, None), "evals": 0}
+    worker._simplify(backend, task, ("torch-naive-paged", "mismatch", "output"), WHERE, state)
+    rows = [m["row"] for m in sent if m["type"] == "row"]
+    assert state.get("sticky") and state["evals"] == 1 and len(rows) == 1 and rows[0]["verdict"] == "crash"
