@@ -308,7 +308,8 @@ class Worker:
             if not sticky_device_error(str(e)):
                 raise  # the ledger's own bug: a harness error, not the kernel's
             row.update(verdict=Verdict.CRASH.value, symptom="crash", traceback=traceback.format_exc()[-4000:],
-                       message=f"{crash_message(e)} (raised after the kernel's call returned, by the next op on the device)")
+                       message=f"{crash_message(e)} (raised after the kernel's call returned, by the next op on the "
+                               "device)")
             return None
 
     def _over(self, deadline: float | None) -> bool:
