@@ -33,6 +33,11 @@ from .machine import default_workers, gpu_mem_gib, visible_gpus
 from .worker import STICKY_EXIT, case_payload
 
 EXIT_CLEAN, EXIT_NEW_FAILURES, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
+# A backend gets no more tasks after this many harness errors in its tasks (each is reported, and the campaign exits 3):
+# one such error in one case, a device error the ledger's check met, gave fa4-paged up at minute 2 of a 7-minute
+# campaign (benchmarks/results/campaigns/jit-untold-fa4-cold-warm-h200-2026-11-27.md); a backend that cannot run at
+# all fails its first tasks alike and is given up after this many.
+HARNESS_ERRORS_PER_BACKEND = 3
 
 
 @dataclass
@@ -132,6 +137,7 @@ class Driver:
         self.harness_errors: list[str] = []
         self.started_cases: dict[int, int] = {}  # cases each worker began (0 when it died: harness error)
         self.errored: set[int] = set()
+        self.errors_of: dict[str, int] = {}  # harness errors in each backend's tasks
         self.restarts = 0
         self.next_wid = 0
 
@@ -312,10 +318,15 @@ class Driver:
             if wid in self.stopping:
                 return
             self.scheduler.task_done(wid, exhausted=bool(msg.get("exhausted")), stalled=bool(msg.get("stalled")))
-        elif kind == "error":  # the worker could not build its backend: a harness error, not a finding
+        elif kind == "error":  # a task of the backend raised in attnref's code: a harness error, not a finding
             self.errored.add(wid)
-            self.harness_errors.append(msg.get("message", ""))
-            self.scheduler.give_up(msg.get("backend", "?"), msg.get("message", ""))
+            beat = self.beats.pop(wid, None)  # the case it was on is not to blame: no `worker died` row for it
+            on = f"\nthe case it was on: {beat['case']}" if beat and beat.get("case") else ""
+            self.harness_errors.append(msg.get("message", "") + on)
+            backend = msg.get("backend", "?")
+            self.errors_of[backend] = self.errors_of.get(backend, 0) + 1
+            if self.errors_of[backend] >= HARNESS_ERRORS_PER_BACKEND:
+                self.scheduler.give_up(backend, msg.get("message", ""))
             self.scheduler.task_done(wid)
 
     def _task_deadline(self, task: Task, deadline: float | None) -> float | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from campaign.buckets import assign, is_new_failure
 
 EXIT_MEANING = {0: "clean: no failure the ledger does not explain", 1: "new failures (buckets above)",
-                2: "usage error", 3: "harness error: a worker could not run its backend",
+                2: "usage error", 3: "harness error: attnref failed itself (the `harness error:` lines below)",
                 130: "interrupted (SIGINT)", 143: "terminated (SIGTERM)"}
 
 

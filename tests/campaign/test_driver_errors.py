@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from campaign import pool
-from campaign.engine import EXIT_HARNESS, CampaignConfig, Driver, run_campaign
+from campaign.engine import EXIT_HARNESS, HARNESS_ERRORS_PER_BACKEND, CampaignConfig, Driver, run_campaign
 from campaign.store import read_rows
 from tests.campaign.test_interrupts import _workers_of
 
@@ -41,6 +41,24 @@ def test_a_worker_that_cannot_be_restarted_ends_the_campaign_with_one_line_and_e
     assert result.harness_errors == ["worker 1 could not be started: OSError: [Errno 24] Too many open files"]
     crashes = [r for r in read_rows(tmp_path) if r.get("phase") == "generate" and r["verdict"] == "crash"]
     assert crashes  # the row of the case whose worker died is kept
+
+
+def test_a_harness_error_in_one_case_is_reported_and_its_backend_runs_on(tmp_path, monkeypatch):
+    """Given up at its first harness error, fa4-paged lost its campaign at minute 2 for one case
+    (benchmarks/results/campaigns/jit-untold-fa4-cold-warm-h200-2026-11-27.md)."""
+    monkeypatch.setenv("ATTNREF_TEST_MARKER", str(tmp_path / "met"))
+    result = _campaign(tmp_path / "out", "test-harness-error-once", 6)
+    assert result.status == EXIT_HARNESS
+    (error,) = result.harness_errors
+    assert "a bug in the harness" in error and "the case it was on: {" in error
+    rows = [r for r in read_rows(tmp_path / "out") if r.get("phase") == "generate"]
+    assert len(rows) == 6 and not any(r.get("worker_died") for r in rows)  # no case blamed for the harness's error
+
+
+def test_a_backend_whose_every_task_fails_in_the_harness_is_given_up(tmp_path):
+    result = _campaign(tmp_path, "test-harness-error", 6)
+    assert result.status == EXIT_HARNESS and len(result.harness_errors) == HARNESS_ERRORS_PER_BACKEND
+    assert not [r for r in read_rows(tmp_path) if r.get("phase") == "generate"]
 
 
 def test_an_internal_driver_error_is_one_line_exit_3_and_a_logged_traceback(tmp_path, monkeypatch):

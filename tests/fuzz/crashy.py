@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import time
+from pathlib import Path
 
 from backends.base import Feature
 from backends.naive import NaivePaged
@@ -98,5 +100,24 @@ class CompilesFirst(JitLike):
         return super().run(inputs)
 
 
+class HarnessError(NaivePaged):
+    """The correct kernel, but checking a case's declaration raises in attnref's own path (a harness error): on every
+    case, or ("once") on the first case of the campaign, which a marker file at $ATTNREF_TEST_MARKER records."""
+
+    def __init__(self, once: bool):
+        super().__init__()
+        self.name = "test-harness-error-once" if once else "test-harness-error"
+        self.once = once
+
+    def not_supported_reasons(self, case):
+        marker = Path(os.environ.get("ATTNREF_TEST_MARKER", "/nonexistent/marker"))
+        if not self.once or not marker.exists():
+            if self.once:
+                marker.touch()
+            raise KeyError("a bug in the harness")
+        return super().not_supported_reasons(case)
+
+
 def all_crashy():
-    return [Segfaults(), Hangs(), StickyError(), Slow(), JitLike(), CompilesFirst()]
+    return [Segfaults(), Hangs(), StickyError(), Slow(), JitLike(), CompilesFirst(), HarnessError(once=True),
+            HarnessError(once=False)]
