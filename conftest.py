@@ -13,6 +13,6 @@ settings.load_profile(os.environ.get("ATTNREF_PROFILE", "dev"))
 
 # Hypothesis mixes constants from every imported local module into its draws: without this, which
 # modules earlier tests imported would change what a derandomized test draws.
-from campaign.worker import pin_hypothesis_constants  # noqa: E402
+from campaign.drawing import pin_hypothesis_constants  # noqa: E402
 
 pin_hypothesis_constants()

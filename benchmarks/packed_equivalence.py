@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 
 from backends.registry import get
-from campaign.worker import pin_hypothesis_constants
+from campaign.drawing import pin_hypothesis_constants
 from fuzz.compare import evaluate
 from fuzz.strategies import Limits, cases
 from reference.attention import attention

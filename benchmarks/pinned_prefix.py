@@ -1,5 +1,5 @@
 """How many early draws of shards that borrow a pinned shape repeat the first shard's, with no fixed prefix and with
-prefixes of a few calibration seeds (campaign.worker.PINNED_PREFIX_SEEDS), and what each prefix costs.
+prefixes of a few calibration seeds (campaign.drawing.PINNED_PREFIX_SEEDS), and what each prefix costs.
 
 Usage: python benchmarks/pinned_prefix.py [--backend fa4-varlen] [--keys 5] [--shards 8] [--draws 40] [--seeds 4 16]
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import campaign.worker as worker  # noqa: E402
+import campaign.drawing as drawing  # noqa: E402
 from backends.registry import get  # noqa: E402
 from campaign.compiles import key_text  # noqa: E402
 from fuzz.shapes import pin_shape  # noqa: E402
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=40)
     ap.add_argument("--seeds", type=int, nargs="+", default=[4, 16])
     a = ap.parse_args()
-    worker.pin_hypothesis_constants()
+    drawing.pin_hypothesis_constants()
     backend = get(a.backend)
     per, keyed = backend.compiled_per, backend.compiled_features
     limits = Limits()
@@ -46,11 +46,11 @@ def main() -> None:
                              backend.jit_shape_per, 12345)
         strategy = cases(backend.caps, narrowed).filter(lambda c, t=text: key_text(compile_key(c, per, keyed)) == t)
         # each shard as a campaign worker draws it, max_examples above hypothesis' steady order
-        shards = [worker.early_draws(strategy, s * 7919, a.draws, 4 * a.draws) for s in range(1, a.shards + 1)]
+        shards = [drawing.early_draws(strategy, s * 7919, a.draws, 4 * a.draws) for s in range(1, a.shards + 1)]
         first = set(shards[0])
         for n in sizes:
             started = time.perf_counter()
-            prefix = worker.Worker._fixed_prefix(strategy, n) if n else frozenset()
+            prefix = drawing.fixed_prefix(strategy, n) if n else frozenset()
             seconds[n] += time.perf_counter() - started
             later = [c for shard in shards[1:] for c in shard if c not in prefix]
             repeats[n] += sum(1 for c in later if c in first)

@@ -21,7 +21,7 @@ from hypothesis import Phase, given, seed
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backends.registry import get  # noqa: E402
 from campaign.tasks import shard_seed  # noqa: E402
-from campaign.worker import Worker, _Fresh, _hypothesis_settings, pin_hypothesis_constants  # noqa: E402
+from campaign.drawing import Fresh, fixed_prefix, hypothesis_settings, pin_hypothesis_constants  # noqa: E402
 from fuzz.strategies import Limits, cases, compile_slices  # noqa: E402
 
 FOCUS = Limits(dtypes=("bfloat16",), head_sizes=(128,))
@@ -31,13 +31,13 @@ def repeat_share(strategy, name: str, skip: frozenset[str], shards: int, per: in
     """(share of drawn cases that another shard drew too, the most shards one case appeared in)."""
     counts: collections.Counter[str] = collections.Counter()
     for j in range(1, shards + 1):
-        fresh, drawn = _Fresh(skip), []
+        fresh, drawn = Fresh(skip), []
 
         def one(case) -> None:
             if len(drawn) < per and fresh(case):
                 drawn.append(case.to_json())
 
-        _hypothesis_settings(fresh.budget(per), [Phase.generate])(seed(shard_seed(0, name, j))(given(strategy)(one)))()
+        hypothesis_settings(fresh.budget(per), [Phase.generate])(seed(shard_seed(0, name, j))(given(strategy)(one)))()
         counts.update(drawn)
     total = sum(counts.values())
     return (total - len(counts)) / max(total, 1), max(counts.values(), default=0)
@@ -59,7 +59,7 @@ def main() -> None:
         slice0 = compile_slices(backend.caps, limits, backend.compiled_per, backend.compiled_features)[0]
         strategy = cases(backend.caps, slice0)
         t0 = time.perf_counter()
-        prefix = Worker._fixed_prefix(strategy)
+        prefix = fixed_prefix(strategy)
         calibration = time.perf_counter() - t0
         with_prefix, most = repeat_share(strategy, name, prefix, a.shards, a.per)
         without, _ = repeat_share(strategy, name, frozenset(), a.shards, a.per)

@@ -25,7 +25,7 @@ import torch
 import fuzz.compare
 from backends.registry import get
 from benchmarks.profile_evaluate import draw
-from campaign.worker import pin_hypothesis_constants
+from campaign.drawing import pin_hypothesis_constants
 from fuzz.compare import evaluate
 
 ROOT = str(Path(fuzz.compare.__file__).resolve().parents[1])  # the tree whose modules run (another tree's too)

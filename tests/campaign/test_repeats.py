@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from unittest import mock
 
-import campaign.worker as worker
+import campaign.drawing as drawing
 from backends.registry import get
 from benchmarks.repeats import repeat_share
 from fuzz.strategies import Limits, cases
@@ -12,11 +12,11 @@ from fuzz.strategies import Limits, cases
 
 def test_shards_of_a_campaign_rarely_draw_the_same_case():
     strategy = cases(get("torch-naive-paged").caps, Limits(dtypes=("bfloat16",), head_sizes=(128,)))
-    worker.pin_hypothesis_constants()
-    prefix = worker.Worker._fixed_prefix(strategy)
+    drawing.pin_hypothesis_constants()
+    prefix = drawing.fixed_prefix(strategy)
     share, _ = repeat_share(strategy, "torch-naive-paged", prefix, shards=6, per=100)
     unfiltered, _ = repeat_share(strategy, "torch-naive-paged", frozenset(), shards=6, per=100)
     assert share < 0.01 < unfiltered, (share, unfiltered)
-    with mock.patch.object(worker, "STEADY_MAX_EXAMPLES", 12):  # calibrated below the shards' budget: misses
-        small = worker.Worker._fixed_prefix(strategy)
+    with mock.patch.object(drawing, "STEADY_MAX_EXAMPLES", 12):  # calibrated below the shards' budget: misses
+        small = drawing.fixed_prefix(strategy)
     assert repeat_share(strategy, "torch-naive-paged", small, shards=6, per=100)[0] > share

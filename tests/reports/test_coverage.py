@@ -33,7 +33,7 @@ def test_a_short_campaign_on_the_cpu_paged_kernel_draws_everything_it_declares(t
     tiers = cov[cov.dimension == "size_tier"].set_index("value")["share"]
     assert tiers["tile"] + tiers["long"] >= 0.3
     # hypothesis starts every shard with its simplest cases: those, and repeats within a shard, are not
-    # examples (before campaign.worker._Fresh about 11 % of such a campaign's rows repeated an earlier case)
+    # examples (before campaign.drawing.Fresh about 11 % of such a campaign's rows repeated an earlier case)
     rows = load_rows(tmp_path)
     generated = rows[rows["phase"].fillna("generate") == "generate"]
     repeats = generated["case"].map(lambda c: c if isinstance(c, str) else json.dumps(c, sort_keys=True)).duplicated()

@@ -1,0 +1,97 @@
+"""How a campaign shard draws its cases: hypothesis' settings, which draws count as examples, and the fixed prefix
+of cases every seed draws early (skipped by all shards but the warm-up).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+
+from reference.case import Case
+
+# Below about 100 max_examples hypothesis orders its first draws by max_examples (measured on a sliced strategy: 3 of
+# the first 12 draws alike at 12 as at 1,000, 7 at 61, all 12 from 100 up). A campaign's shards (100 examples, a
+# budget over 130) draw above it; the fixed-prefix calibration draws there too, so it sees the shards' early cases.
+STEADY_MAX_EXAMPLES = 100
+PREFIX_DRAWS = 12  # early draws per calibration seed
+PREFIX_SEEDS = 16  # calibration seeds: a case 2 of them draw early is skipped
+# A borrowed pinned shape's prefix (one key, one shape: few simplest cases) needs fewer: without one, 190 of 1,400 early
+# draws of fa4-varlen shards borrowing a shape repeated the first shard's; with 4 seeds none did, in 0.08 s against
+# 0.39 s with 16 on the 2-core CPU (benchmarks/pinned_prefix.py, results/throughput/pinned-prefix-cpu-2026-11-27.md).
+# On an H200 a borrowing shard's 16-seed prefix raised FA4's strategy setup from 1.5-2.1 % to 3.5-4.0 % of worker time
+# (campaigns/jit-untold-cold-warm-h200-2026-11-27.md).
+PINNED_PREFIX_SEEDS = 4
+
+
+class Fresh:
+    """Which of a shard's draws count as examples: not the seed-independent early cases (`skip`), not a
+    repeat of a case drawn earlier in the same shard. Deterministic per shard (a shard redraws the same
+    sequence from its seed), so generation, resume and shrinking number the examples alike."""
+
+    def __init__(self, skip: frozenset[str]) -> None:
+        self.skip, self.seen = skip, set()
+
+    def __call__(self, case: Case) -> bool:
+        key = case.to_json()
+        if key in self.skip or key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+    def budget(self, size: int) -> int:
+        """hypothesis' max_examples for a shard of `size` examples: room for the draws that do not count."""
+        return size + len(self.skip) + size // 4 + 8
+
+
+class _Enough(Exception):
+    pass
+
+
+def hypothesis_settings(max_examples: int, phases: list[Phase]) -> settings:
+    return settings(max_examples=max_examples, database=None, deadline=None, derandomize=False, phases=phases,
+                    report_multiple_bugs=False, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+
+
+def early_draws(strategy, shard_seed: int, n: int, max_examples: int) -> list[str]:
+    """The first `n` cases (as JSON) hypothesis draws from `strategy` under `shard_seed` at `max_examples`, as a
+    shard's generation draws them."""
+    drawn: list[str] = []
+
+    def draw(case: Case) -> None:
+        if len(drawn) == n:
+            raise _Enough
+        drawn.append(case.to_json())
+
+    try:
+        hypothesis_settings(max_examples, [Phase.generate])(seed(shard_seed)(given(strategy)(draw)))()
+    except _Enough:
+        pass
+    return drawn
+
+
+def fixed_prefix(strategy, seeds: int = PREFIX_SEEDS) -> frozenset[str]:
+    """Cases hypothesis draws early whatever the seed (its simplest examples, which every shard would
+    start with again): those 2 of `seeds` calibration seeds draw among their first PREFIX_DRAWS, at a shard's
+    max_examples. Shard 0 evaluates them; later shards skip them. Measured: 11-16 % of generated rows repeated
+    an earlier case without this; 2.0-3.6 % on the GPU and 2.2-2.4 % in benchmarks/repeats.py with 4 seeds
+    drawing at max_examples 12; 0.2-0.4 % now (about 1 s per strategy and process)."""
+    counts: Counter[str] = Counter()
+    for s in range(1, seeds + 1):
+        counts.update(set(early_draws(strategy, s, PREFIX_DRAWS, STEADY_MAX_EXAMPLES)))
+    return frozenset(case for case, n in counts.items() if n >= 2)
+
+
+def pin_hypothesis_constants() -> None:
+    """Make what a seed draws independent of the process's history.
+
+    Hypothesis mixes constants found in the source of every *local* module imported so far into its
+    draws, so the same seed drew different cases in a local worker and in a Ray actor (which import
+    different modules). Campaign workers draw with hypothesis' own constants only. (Internal API:
+    where it is missing, nothing changes.)"""
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        empty = providers.Constants()
+        providers._get_local_constants = lambda: empty
+    except (ImportError, AttributeError):
+        pass
