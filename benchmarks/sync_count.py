@@ -25,7 +25,10 @@ import torch
 import fuzz.compare
 from backends.registry import get
 from benchmarks.profile_evaluate import draw
-from campaign.drawing import pin_hypothesis_constants
+try:
+    from campaign.drawing import pin_hypothesis_constants
+except ImportError:  # a tree before campaign.drawing, measured beside this one by tools/gpu-ab.sh
+    from campaign.worker import pin_hypothesis_constants
 from fuzz.compare import evaluate
 
 ROOT = str(Path(fuzz.compare.__file__).resolve().parents[1])  # the tree whose modules run (another tree's too)
