@@ -63,6 +63,11 @@ def sticky_device_error(message: str) -> bool:
     return any(s in message for s in _STICKY)
 
 
+def sticky_crash(row: dict) -> bool:
+    """Whether the row is a crash with a sticky device error: nothing more can run on this process's device."""
+    return row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", ""))
+
+
 class StickyDeviceError(Exception):
     """Raised after a sticky device error was reported: the process must end (status STICKY_EXIT)."""
 
@@ -216,8 +221,7 @@ class Worker:
         was taken for a harness error, and ended the backend's campaign at minute 2
         (benchmarks/results/campaigns/jit-untold-fa4-cold-warm-h200-2026-11-27.md)."""
         row = evaluation.row
-        if evaluation.inputs is None or (row["verdict"] == Verdict.CRASH.value
-                                         and sticky_device_error(row.get("message", ""))):
+        if evaluation.inputs is None or sticky_crash(row):
             return None
         try:
             return known_for(name, case, evaluation.inputs)
@@ -235,7 +239,7 @@ class Worker:
     @staticmethod
     def _marked_sticky(row: dict) -> bool:
         """Whether the row is a crash with a sticky device error; such a row is marked `sticky`."""
-        if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+        if sticky_crash(row):
             row["sticky"] = True
             return True
         return False
@@ -429,7 +433,7 @@ class Worker:
                 return  # a candidate whose module nobody built "passes": the shrink stays within built keys
             row, evaluation = self._shrink_step(backend, task, case, where)
             state["evals"] += 1
-            if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+            if sticky_crash(row):
                 state["gone"] = state["sticky"] = True  # this process's device is unusable from here on
                 return
             if target is not None and row["backend"] == target[0] and tuple(target[1:]) in row_symptoms(row):
@@ -482,7 +486,7 @@ class Worker:
                 return False
             row, evaluation = self._shrink_step(backend, task, case, where)
             state["evals"] += 1
-            if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+            if sticky_crash(row):
                 state["sticky"] = True  # every later step would crash on the unusable device, each blamed on its case
                 raise _DeviceLost
             if tuple(target[1:]) in row_symptoms(row):
@@ -548,6 +552,6 @@ class Worker:
             row.update(phase="replay", example_id=f"{task.backend}/replay/{digest}", t=time.time(),
                        fixed=not Verdict(row["verdict"]).is_failure)
             self.send({"type": "row", "row": row})
-            if row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", "")):
+            if sticky_crash(row):
                 row["sticky"] = True
                 self._report_sticky(task.backend, row, evaluation)
