@@ -208,7 +208,9 @@ class Backlog:
         FlashInfer campaign built 27 of its 864 keys in 10 minutes and eight declared values, such as decode-tc's fp8
         caches and soft-cap, got no row (campaigns/jit-untold-each-alone-h200-2026-11-27.md)."""
         breadth = self.builds_handed % 2 == 0
-        covered = {b: frozenset().union(*map(key_values, keys)) for b, keys in self.built_keys.items()}
+        # values each backend's built keys cover: only a breadth turn ranks new keys by them
+        covered = ({b: frozenset().union(*map(key_values, keys)) for b, keys in self.built_keys.items()}
+                   if breadth else {})
 
         def order(bu: tuple[str, str]) -> tuple:
             backend, _ = bu
