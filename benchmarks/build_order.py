@@ -17,26 +17,18 @@ import argparse
 from contextlib import nullcontext
 from unittest import mock
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
-
 from backends.registry import get
 from campaign import compiles
 from campaign.compiles import Backlog, key_text, key_values
+from campaign.drawing import early_draws
 from fuzz.strategies import Limits, cases, compile_key, declared_compile_keys
+from reference.case import Case
 
 
 def drawn_keys(backend, n: int, shard_seed: int) -> list[str]:
-    keys: list[str] = []
-
-    @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @seed(shard_seed)
-    @given(cases(backend.caps, Limits()))
-    def draw(case):
-        keys.append(key_text(compile_key(case, backend.compiled_per, backend.compiled_features)))
-
-    draw()
-    return keys
+    """The compile keys of the first n cases a shard of seed `shard_seed` draws (`campaign.drawing.early_draws`)."""
+    return [key_text(compile_key(Case.from_json(text), backend.compiled_per, backend.compiled_features))
+            for text in early_draws(cases(backend.caps, Limits()), shard_seed, n, n)]
 
 
 def covered_after(keys: list[str], builds: int, every: int, checkpoints: list[int]) -> dict[int, int]:
