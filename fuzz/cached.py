@@ -64,6 +64,11 @@ def or_none(strategy: st.SearchStrategy) -> st.SearchStrategy:
 
 just = memo(st.just)  # st.just and st.none build a new object at each call
 NONE = st.none()
+BOOLEANS = st.booleans()
+# st.integers(lo, hi) with bounds of earlier draws, six calls a case: hypothesis' own strategy cache (an LRU whose
+# every hit rebalances a heap) took 58 us a call, 3.4 % of a small-tier worker's time on the 2-core CPU
+# (benchmarks/results/throughput/drawing-cpu-2026-11-27.md)
+integers = memo(st.integers)
 
 
 @memo

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from backends.base import Capabilities, Feature
 from reference.case import AttentionType, SequenceSpec
 
-from .cached import either, memo, pick
+from .cached import either, integers, memo, pick
 
 TIERS = ("small", "tile", "long")
 # >= 20% of cases over 128 keys and >= 5% over 512 (measured: benchmarks/results/reach-*.md); long cases
@@ -41,7 +41,7 @@ def _capped(values: tuple[int, ...], cap: int | None) -> list[int]:
 @memo
 def _edge_length(max_len: int, block_size: int | None, query_len: int) -> st.SearchStrategy[int]:
     """Context lengths: total length at -1/0/+1 of a block boundary, or of 64 keys, or anywhere."""
-    plain = st.integers(0, max_len)
+    plain = integers(0, max_len)
     tile = pick([63, 64, 65]).map(lambda n: max(0, min(max_len, n - query_len)))  # the 64-key tile edge
     if not block_size:
         return st.one_of(st.just(0), st.just(1), plain, tile)
@@ -51,7 +51,7 @@ def _edge_length(max_len: int, block_size: int | None, query_len: int) -> st.Sea
         n, delta = pair
         return max(0, min(max_len, n * block_size + delta - query_len))
 
-    edge = st.tuples(st.integers(1, blocks), pick([-1, 0, 1])).map(at_edge)
+    edge = st.tuples(integers(1, blocks), pick([-1, 0, 1])).map(at_edge)
     return st.one_of(edge, st.just(0), plain, tile)
 
 
@@ -80,15 +80,15 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
         if kind == "decode":
             q = 1
         elif kind == "spec":
-            q = draw(st.integers(min(2, max_q), min(5, max_q)))
+            q = draw(integers(min(2, max_q), min(5, max_q)))
         elif tier == "long":
-            q = draw(st.integers(min_q if kind == "chunked" else 1, few_q))
+            q = draw(integers(min_q if kind == "chunked" else 1, few_q))
         elif tier == "tile" and kind == "prefill":
             q = draw(pick(tile_q))  # a prefill's keys are its queries: they cross the tiles
         elif tier == "tile":
-            q = draw(either(pick(tile_q), st.integers(min_q if kind == "chunked" else 1, max(1, max_q))))
+            q = draw(either(pick(tile_q), integers(min_q if kind == "chunked" else 1, max(1, max_q))))
         else:
-            q = draw(st.integers(min_q if kind == "chunked" else 1, max_q))
+            q = draw(integers(min_q if kind == "chunked" else 1, max_q))
         ctx = 0
         if kind != "prefill":
             if tier == "small":
@@ -99,9 +99,9 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
             ctx = max(0, min(ctx, caps.max_kv_len - q))
         return SequenceSpec(query_len=q, context_len=ctx)
     if attn_type == AttentionType.ENCODER_DECODER:
-        q = draw(st.integers(min_q, few_q if tier == "long" else max_q))
+        q = draw(integers(min_q, few_q if tier == "long" else max_q))
         if tier == "small":
-            enc = draw(either(_edge_length(limits.max_context, block_size, 0), st.integers(1, 8)))
+            enc = draw(either(_edge_length(limits.max_context, block_size, 0), integers(1, 8)))
         else:
             enc = draw(_tier_keys(tier, limits, caps.max_kv_len))
         return SequenceSpec(query_len=q, encoder_len=enc)
@@ -109,19 +109,19 @@ def sequence_specs(draw, attn_type: AttentionType, caps: Capabilities, limits, b
         # Key counts at, one below and one above the query count, and anywhere (more queries than keys
         # leaves the first rows with no key under bottom-right causality).
         if tier == "small":
-            q = draw(st.integers(max(1, min_q), max(1, max_q)))
-            k = draw(either(pick([q, q + 1, max(q - 1, 0), 0]), st.integers(0, limits.max_context)))
+            q = draw(integers(max(1, min_q), max(1, max_q)))
+            k = draw(either(pick([q, q + 1, max(q - 1, 0), 0]), integers(0, limits.max_context)))
         elif tier == "tile":
-            q = draw(either(pick(tile_q), st.integers(1, max(1, max_q))))
+            q = draw(either(pick(tile_q), integers(1, max(1, max_q))))
             k = draw(either(_tier_keys(tier, limits, caps.max_kv_len), pick([q, q + 1, max(q - 1, 0)])))
         else:
-            q = draw(st.integers(1, few_q))
+            q = draw(integers(1, few_q))
             k = draw(_tier_keys(tier, limits, caps.max_kv_len))
         if not _has(caps, Feature.MORE_QUERIES_THAN_KEYS):
             k = max(k, q)
         return SequenceSpec(query_len=q, key_len=k)
     # encoder / encoder_only: the keys are the queries
     if tier == "small":
-        return SequenceSpec(query_len=draw(st.integers(max(1, min_q), max(limits.max_query, 1))))
+        return SequenceSpec(query_len=draw(integers(max(1, min_q), max(limits.max_query, 1))))
     lengths = TILE_KEYS if tier == "tile" else tuple(k for k in LONG_KEYS if k <= LONG_ENCODER)
     return SequenceSpec(query_len=draw(pick(_capped(lengths, caps.max_query_len))))

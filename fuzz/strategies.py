@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from backends.base import ALL_FEATURES, Capabilities, Feature
 from backends.spellings import sliding_window
 
-from .cached import NONE, either, just, memo, or_none, pick
+from .cached import BOOLEANS, NONE, either, integers, just, memo, or_none, pick
 from .sizes import TIER_WEIGHTS, TIERS, sequence_specs
 from reference.scores import standard_alibi_slopes
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
@@ -341,7 +341,7 @@ def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
     pinned = _declared_pins(caps, limits.max_kv_heads, limits.heads) if limits.heads is not None else ()
     if pinned:
         return draw(pick(pinned))
-    kv = draw(st.integers(1, min(limits.max_kv_heads, caps.max_kv_heads or limits.max_kv_heads)))
+    kv = draw(integers(1, min(limits.max_kv_heads, caps.max_kv_heads or limits.max_kv_heads)))
     ratio = draw(pick(_ratios(caps, kv)))
     return kv * ratio, kv
 
@@ -352,11 +352,11 @@ def shared_prefix(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...],
     """Sometimes (always, when it is the only declared table) a block table whose first blocks are
     the same physical blocks in every sequence (cascade kernels); contexts are lifted to cover them."""
     only = caps.block_tables == frozenset({BlockTableKind.SHARED_PREFIX})
-    if not only and draw(st.integers(0, 3)) != 0:
+    if not only and draw(integers(0, 3)) != 0:
         return sequences, cache
     bs = cache.block_size
     room = min(s.context_len for s in sequences) // bs
-    blocks = draw(st.integers(1, max(room, 1)))
+    blocks = draw(integers(1, max(room, 1)))
     lifted = tuple(replace(s, context_len=max(s.context_len, blocks * bs)) for s in sequences)
     return lifted, replace(cache, table=BlockTableKind.SHARED_PREFIX, prefix_blocks=blocks)
 
@@ -405,7 +405,7 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
     if layout == KVLayout.MLA_LATENT:
         v_scales = k_scales  # one latent tensor, one scale
     dynamic = bool(kvd.is_fp8 and gran == ScaleGranularity.PER_TENSOR and Feature.DYNAMIC_SCALES in caps.features
-                   and draw(st.booleans()))
+                   and draw(BOOLEANS))
     q_fp8 = None
     if kvd == KVCacheDType.FP8_E4M3 and Feature.Q_FP8 in caps.features:
         q_scales = pick([0.5, 0.75, 1.0])
@@ -418,10 +418,10 @@ def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_
     if (Feature.LAYERED_CACHE in caps.features and layout in (KVLayout.FLASH_NHD, KVLayout.FLASH_HND)
             and head_size_v == head_size and kvd != KVCacheDType.INT8_K_FP16_V):
         layers = draw(pick([0, 0, 0, 1, 3]))
-        layer = draw(st.integers(0, max(layers - 1, 0)))
+        layer = draw(integers(0, max(layers - 1, 0)))
     return CacheSpec(layout=layout, block_size=block_size, table=table, spare_blocks=spare, padding_slots=padding,
                      layers=layers, layer=layer,
-                     finite_canaries=caps.finite_canaries_only or draw(st.integers(0, 7)) == 0,
+                     finite_canaries=caps.finite_canaries_only or draw(integers(0, 7)) == 0,
                      quant=Quant(kv_cache_dtype=kvd, granularity=gran, k_scales=k_scales, v_scales=v_scales,
                                  dynamic_scales=dynamic, q_fp8_scale=q_fp8,
                                  dynamic_amax_dims=dict(caps.dynamic_amax_dims).get((head_size, head_size_v))
@@ -434,10 +434,10 @@ def block_sparse_params(draw) -> BlockSparse:
     """vLLM's BlocksparseParams, tiny blocks so a short sequence spans several; TP ranks included."""
     tp_size = draw(pick([1, 1, 2, 4]))
     homo = draw(pick(["no", "no", "head", "group"]))
-    return BlockSparse(block_size=draw(pick([1, 2, 3, 4, 8])), local_blocks=draw(st.integers(0, 3)),
-                       vert_stride=draw(st.integers(1, 8)), homo_head=homo == "head", homo_head_group=homo == "group",
-                       head_sliding_step=draw(either(NONE, NONE, st.integers(0, 3))),
-                       tp_size=tp_size, tp_rank=draw(st.integers(0, tp_size - 1)))
+    return BlockSparse(block_size=draw(pick([1, 2, 3, 4, 8])), local_blocks=draw(integers(0, 3)),
+                       vert_stride=draw(integers(1, 8)), homo_head=homo == "head", homo_head_group=homo == "group",
+                       head_sliding_step=draw(either(NONE, NONE, integers(0, 3))),
+                       tp_size=tp_size, tp_rank=draw(integers(0, tp_size - 1)))
 
 
 @memo
@@ -447,17 +447,17 @@ def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...
     window), R-SWA (where no window was drawn: it replaces one), PrefixLM ranges around the context /
     new-token boundary (and past the sequence's end: chunked prefill inside an image), qq_bias."""
     rules: dict = {}  # each rule is on at the largest draw, so shrinking (towards 0) switches it off
-    if window is not None and _has(caps, Feature.CHUNK_LOOKBACK) and draw(st.integers(0, 2)) == 2:
+    if window is not None and _has(caps, Feature.CHUNK_LOOKBACK) and draw(integers(0, 2)) == 2:
         rules["chunk_lookback"] = draw(pick([lb for lb in (0, 1, 2, 3) if window // (lb + 1) >= 1]))
-    elif window is None and _has(caps, Feature.GLOBAL_PREFIX) and draw(st.integers(0, 1)) == 1:
+    elif window is None and _has(caps, Feature.GLOBAL_PREFIX) and draw(integers(0, 1)) == 1:
         kv = max(s.context_len + s.query_len for s in sequences)
         prefix = [draw(either(pick(sorted({0, 1, s.context_len, s.context_len + s.query_len})),
-                              st.integers(0, s.context_len + s.query_len))) for s in sequences]
+                              integers(0, s.context_len + s.query_len))) for s in sequences]
         rules["global_prefix"] = GlobalPrefix(draw(either(pick(sorted({1, 2, max(1, kv // 2), kv})),
-                                                          st.integers(1, kv + 1))), tuple(prefix))
-    if _has(caps, Feature.PREFIX_LM) and draw(st.integers(0, 2)) == 2:
+                                                          integers(1, kv + 1))), tuple(prefix))
+    if _has(caps, Feature.PREFIX_LM) and draw(integers(0, 2)) == 2:
         rules["bidirectional_ranges"] = tuple(draw(_ranges(s)) for s in sequences)
-    if _has(caps, Feature.QQ_BIAS) and draw(st.integers(0, 2)) == 2:  # as often as PrefixLM: the rarest rule
+    if _has(caps, Feature.QQ_BIAS) and draw(integers(0, 2)) == 2:  # as often as PrefixLM: the rarest rule
         rules["qq_bias"] = True
     return rules
 
@@ -467,8 +467,8 @@ def _ranges(seq: SequenceSpec) -> st.SearchStrategy:
     """0-2 inclusive (start, end) ranges of one sequence; the first often straddles the first new token,
     where a range changes what a query sees (a range wholly in the context only matters to earlier steps)."""
     n, ctx = seq.context_len + seq.query_len, seq.context_len
-    point = st.integers(0, max(n, 1))
-    straddle = st.tuples(st.integers(0, ctx), st.integers(ctx, n + 1))
+    point = integers(0, max(n, 1))
+    straddle = st.tuples(integers(0, ctx), integers(ctx, n + 1))
     return st.lists(straddle | st.tuples(point, point), max_size=2).map(tuple)
 
 
@@ -489,7 +489,7 @@ def _window_pair(boundary: tuple[int, ...], sizes: tuple[int, ...], right: bool)
 @memo
 def _window_w(boundary: tuple[int, ...], sizes: tuple[int, ...], max_kv: int) -> st.SearchStrategy:
     """vLLM's sliding window W >= 1: at a boundary, a size class, or any up to past the longest sequence."""
-    return pick([w for w in boundary if w >= 1] or [1]) | pick([w for w in sizes if w >= 1]) | st.integers(1, max_kv + 2)
+    return pick([w for w in boundary if w >= 1] or [1]) | pick([w for w in sizes if w >= 1]) | integers(1, max_kv + 2)
 
 
 def focused_spellings(name: str, spellings: tuple, focus: tuple[tuple[str, str], ...] | None) -> tuple:
@@ -507,7 +507,7 @@ def _sinks(num_heads: int) -> st.SearchStrategy:
 @memo
 def _far_sink(num_heads: int) -> st.SearchStrategy:
     """None, or (head, logit) of one head's sink far above / below the scores."""
-    return st.none() | st.tuples(st.integers(0, num_heads - 1), pick([-100.0, -30.0, 30.0, 100.0]))
+    return st.none() | st.tuples(integers(0, num_heads - 1), pick([-100.0, -30.0, 30.0, 100.0]))
 
 
 @st.composite
@@ -536,7 +536,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     uses_cache = attn_type in paged_types and bool(caps.kv_layouts)
     block_size = draw(pick(focus_values(caps.block_sizes, limits.block_sizes))) if uses_cache else None
     # A batch of pure decodes is its own regime (vLLM's decode kernels, CUDA graphs): give it weight.
-    decode_only = attn_type == AttentionType.DECODER and draw(st.integers(0, 3)) == 0
+    decode_only = attn_type == AttentionType.DECODER and draw(integers(0, 3)) == 0
     tiers = [t for t in TIER_WEIGHTS if limits.tiers is None or t in limits.tiers] or ["small"]
     tier = draw(pick(tiers))
     first = draw(sequence_specs(attn_type, caps, limits, block_size, decode_only, tier))
@@ -557,7 +557,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     if sum(s.query_len for s in sequences) == 0:
         sequences = (replace(sequences[0], query_len=1),) + sequences[1:]
     cache = None
-    if uses_cache and (caps.requires_cache or draw(st.booleans())):
+    if uses_cache and (caps.requires_cache or draw(BOOLEANS)):
         cache = draw(cache_specs(caps, dtype, num_kv_heads, head_size, value_size, block_size, limits))
     if cache is not None and cache.quant.kv_cache_dtype.is_fp8 and caps.fp8_decode_batches is not None:
         most, uniform = caps.fp8_decode_batches  # the decode path's batches only: queries cut to its length
@@ -607,13 +607,13 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         sinks = tuple(float(torch.tensor(sinks, dtype=dtype.torch).float()[i]) for i in range(num_heads))
     alibi = None
     if _has(caps, Feature.ALIBI) and (caps.alibi_attn_types is None or attn_type in caps.alibi_attn_types) \
-            and (Feature.ALIBI.value in on or draw(st.booleans())):
+            and (Feature.ALIBI.value in on or draw(BOOLEANS)):
         convention = draw(pick(sorted(caps.alibi_conventions, key=lambda c: c.value)))
         factor = 1.0 if caps.alibi_standard_slopes else draw(pick([1.0, 0.25, 4.0]))
         alibi = Alibi(tuple(s * factor for s in standard_alibi_slopes(num_heads)), convention)
     chunk = None
     if attn_type == AttentionType.DECODER:
-        chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, either(pick([1, 2, 4, 8, 16]), st.integers(1, 40)))
+        chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, either(pick([1, 2, 4, 8, 16]), integers(1, 40)))
     sparse = None
     if attn_type == AttentionType.DECODER:
         sparse = _sometimes(draw, caps, Feature.BLOCK_SPARSE, block_sparse_params())
@@ -640,7 +640,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
     if distribution == ValueDistribution.OUTLIERS:  # its 8x channels and tokens already make 64x logits: a larger
         logit_scales = [s for s in logit_scales if s <= 4.0]  # scale only makes a one-hot row no mask shift moves
     logit_scale = draw(pick(logit_scales))
-    if logit_scale >= SHARP_LOGITS and distribution != ValueDistribution.EDGE and draw(st.booleans()):
+    if logit_scale >= SHARP_LOGITS and distribution != ValueDistribution.EDGE and draw(BOOLEANS):
         # At logit scales >= 8 rows are near one-hot on whichever key scores highest: a one-key shift moves them
         # only when that key is the edge one (vLLM's kernels, bf16: 24-38 % of such cases were blind)
         distribution = ValueDistribution.EDGE
@@ -653,10 +653,10 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
                     outliers_at_edge=distribution == ValueDistribution.OUTLIERS, edge_value_gain=gain,
                     query_zero_dims=dict(caps.query_zero_dims).get((head_size, value_size)))
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
-    scale = draw(pick(scales)) if draw(st.integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
+    scale = draw(pick(scales)) if draw(integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
     encodings = tuple((name, draw(pick(focused_spellings(name, spellings, limits.encodings))))
                       for name, spellings in caps.encodings)
-    seed = draw(st.integers(0, 2**31 - 1))
+    seed = draw(integers(0, 2**31 - 1))
     if kernel and kernel["causal"] and caps.causal_equal_lengths:
         sequences = tuple(replace(s, key_len=s.query_len) for s in sequences)
     case = Case(**kernel, sequences=sequences, attn_type=attn_type, num_heads=num_heads, num_kv_heads=num_kv_heads,

@@ -7,7 +7,9 @@
 # without .git). For each part and backend the old tree's campaign runs, then this tree's, so that a drift of
 # the machine falls on both; each tree reads only its own modules (PYTHONPATH, cwd). $OUT/ab.md gets the rows
 # of benchmarks/throughput.py (this tree's script, which reads either tree's rows), the logs $OUT/ab.log, the mean milliseconds
-# of each part by size tier and oracle device $OUT/ab-tiers.md.
+# of each part by size tier and oracle device $OUT/ab-tiers.md. OLD_PATH / NEW_PATH: folders put on each tree's
+# PYTHONPATH after it (another version of a package, e.g. hypothesis installed with pip --target). Part draws runs
+# benchmarks/draw_speed.py in this tree under OLD_PATH, then NEW_PATH ($OUT/draws.md): the package alone.
 set -uo pipefail
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/attnref-out}; mkdir -p "$OUT"
@@ -23,7 +25,8 @@ echo "| run | backend | size tier | oracle on | examples | materialize ms | orac
 echo "|---|---|---|---|---|---|---|---|---|---|" >> "$OUT/ab-tiers.md"
 campaign() {  # campaign TREE NAME ARGS...: one campaign of that tree, its throughput row
   local tree=$1 name=$2; shift 2
-  (cd "$tree" && PYTHONPATH=$tree timeout $((${TIME_FAST:-30} + 120)) $PY -m cli fuzz --time "${TIME_FAST:-30}" \
+  local extra=${NEW_PATH:-}; [ "$tree" = "$OLD" ] && extra=${OLD_PATH:-}
+  (cd "$tree" && PYTHONPATH=$tree${extra:+:$extra} timeout $((${TIME_FAST:-30} + 120)) $PY -m cli fuzz --time "${TIME_FAST:-30}" \
      --workers auto --quiet --no-replay --out "$RES/$name" "$@" >> "$OUT/ab.log" 2>&1)
   local table; table=$($PY "$NEW/benchmarks/throughput.py" "$RES/$name" --by-tier)  # the rows, read once
   sed -n 3p <<< "$table" | sed "s/^/| $name /" >> "$OUT/ab.md"
@@ -35,6 +38,9 @@ for part in $PARTS; do
       fast) args=(--backend "$b") ;;
       small) args=(--backend "$b" --limits '{"tiers": ["small"]}') ;;
       mps) args=(--backend "$b" --limits '{"tiers": ["small"]}' --mps) ;;
+      draws) for extra in "${OLD_PATH:-}" "${NEW_PATH:-}"; do
+               PYTHONPATH=$NEW${extra:+:$extra} $PY benchmarks/draw_speed.py --backend "$b" --rounds 3 >> "$OUT/draws.md" 2>> "$OUT/ab.log"
+             done; continue ;;
       newx) campaign "$NEW" "newx-$b" --backend "$b" $XARGS; continue ;;  # this tree alone, with XARGS
       syncs) for tree in "$OLD" "$NEW"; do
                echo "### $(basename "$tree") $b" >> "$OUT/syncs.md"

@@ -1,0 +1,47 @@
+"""Milliseconds per drawn case, hypothesis only: a campaign shard's draws (`campaign.drawing.early_draws`) over a
+backend's whole declared space, no evaluation. The library need not be installed (its declaration is enough).
+
+Usage: python benchmarks/draw_speed.py [--backend torch-sdpa-flash ...] [--draws 600] [--rounds 3]
+
+Prints, per backend and round, CPU milliseconds per case and the hypothesis version, in Markdown. Compare hypothesis
+versions by running it under each (e.g. PYTHONPATH=DIR-OF-ANOTHER-VERSION).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import hypothesis
+
+from backends.registry import get
+from campaign.drawing import early_draws
+from fuzz.strategies import Limits, cases
+
+DEFAULT = ("torch-sdpa-flash", "aten-flash-varlen", "flashinfer-decode", "fa4-paged")
+
+
+def ms_per_case(name: str, draws: int, shard_seed: int) -> float:
+    strategy = cases(get(name).caps, Limits())
+    started = time.process_time()
+    drawn = early_draws(strategy, shard_seed, draws, draws + draws // 4 + 8)
+    return 1000 * (time.process_time() - started) / max(len(drawn), 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", action="append")
+    ap.add_argument("--draws", type=int, default=600)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    names = a.backend or list(DEFAULT)
+    for name in names:
+        ms_per_case(name, 50, 0)  # strategy objects and imports, not timed
+    print(f"hypothesis {hypothesis.__version__}, {a.draws} draws a round\n")
+    print("| backend | " + " | ".join(f"round {r + 1}" for r in range(a.rounds)) + " |")
+    print("|---|" + "---|" * a.rounds)
+    for name in names:
+        print(f"| {name} | " + " | ".join(f"{ms_per_case(name, a.draws, r + 1):.2f}" for r in range(a.rounds)) + " |")
+
+
+if __name__ == "__main__":
+    main()
