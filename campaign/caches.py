@@ -15,8 +15,9 @@ variable the user set already is kept. MAX_JOBS (read by torch's cpp_extension, 
 builds) is set to the worker's share of the cores, so the campaign's nvcc builds stay within the cores it was
 given (one FlashInfer campaign's builds took a torch campaign beside it from 160 to under 10 examples/s).
 The folder also holds attnref's own record of which compile keys were built (`compile-keys/`, campaign.claims), so a
-second campaign knows from its start which modules exist. `attnref cache` shows the folder and `attnref cache --clear`
-empties it.
+second campaign knows from its start which modules exist, and each strategy's fixed prefix of cases (`prefixes/`,
+campaign.drawing.PrefixStore), so its workers do not draw it again. `attnref cache` shows the folder and
+`attnref cache --clear` empties it.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from pathlib import Path
 LIBRARY_CACHES = (("triton", "TRITON_CACHE_DIR"), ("inductor", "TORCHINDUCTOR_CACHE_DIR"),
                   ("fa4", "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"), ("flashinfer", "FLASHINFER_WORKSPACE_BASE"))
 KEYS_FOLDER = "compile-keys"  # campaign.claims: key locks and built markers (no library reads it)
+PREFIXES_FOLDER = "prefixes"  # campaign.drawing.PrefixStore: each strategy's fixed prefix of cases
+ATTNREF_FOLDERS = ((KEYS_FOLDER, "attnref: built compile keys"), (PREFIXES_FOLDER, "attnref: fixed prefixes of cases"))
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -78,15 +81,16 @@ def describe(root: Path) -> list[str]:
     for sub, variable in LIBRARY_CACHES:
         size, files = folder_size(root / sub)
         lines.append(f"  {sub:10} {size / 2**20:9.1f} MiB  {files:6} files  ({variable})")
-    size, files = folder_size(root / KEYS_FOLDER)
-    lines.append(f"  {KEYS_FOLDER:10} {size / 2**20:9.1f} MiB  {files:6} files  (attnref: built compile keys)")
+    for sub, what in ATTNREF_FOLDERS:
+        size, files = folder_size(root / sub)
+        lines.append(f"  {sub:10} {size / 2**20:9.1f} MiB  {files:6} files  ({what})")
     return lines
 
 
 def clear(root: Path) -> int:
     """Remove every library cache under root; returns the bytes freed. Other files in root are left alone."""
     freed = 0
-    for sub in [sub for sub, _ in LIBRARY_CACHES] + [KEYS_FOLDER]:
+    for sub in [sub for sub, _ in LIBRARY_CACHES] + [sub for sub, _ in ATTNREF_FOLDERS]:
         freed += folder_size(root / sub)[0]
         shutil.rmtree(root / sub, ignore_errors=True)
     return freed

@@ -1,10 +1,17 @@
 """How a campaign shard draws its cases: hypothesis' settings, which draws count as examples, and the fixed prefix
-of cases every seed draws early (skipped by all shards but the warm-up).
+of cases every seed draws early (skipped by all shards but the warm-up), kept on disk for the campaign's other
+processes and the next campaign (`PrefixStore`).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
 from collections import Counter
+from pathlib import Path
 
+import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 
 from reference.case import Case
@@ -69,16 +76,60 @@ def early_draws(strategy, shard_seed: int, n: int, max_examples: int) -> list[st
     return drawn
 
 
-def fixed_prefix(strategy, seeds: int = PREFIX_SEEDS) -> frozenset[str]:
+class PrefixStore:
+    """Fixed prefixes on disk, one JSON file each, named by a fingerprint of what the strategy draws: the first
+    calibration seed's early cases, with the hypothesis version and the number of seeds. A strategy that draws other
+    cases has another fingerprint, so nothing goes stale: a changed declaration, focus or strategy code misses.
+    Every process of a campaign (and the next campaign on the machine) reads what one computed. Without it each
+    worker computed the prefix of every compile key it focused on: 4.7 % of FlashInfer's worker time on an H200
+    (`setup` in campaigns/jit-untold-each-alone-h200-2026-11-27.md); on the 2-core CPU a hit costs a sixteenth."""
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+
+    @staticmethod
+    def fingerprint(first: list[str], seeds: int) -> str:
+        text = json.dumps([hypothesis.__version__, seeds, PREFIX_DRAWS, STEADY_MAX_EXAMPLES, first])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def get(self, fingerprint: str) -> frozenset[str] | None:
+        try:
+            return frozenset(json.loads((self.folder / f"{fingerprint}.json").read_text()))
+        except (OSError, ValueError, TypeError):  # absent, or half written by a process that died: compute it
+            return None
+
+    def put(self, fingerprint: str, prefix: frozenset[str]) -> None:
+        """Write atomically (a temporary file renamed), so a reader sees the whole prefix or none; a folder that
+        cannot be written leaves the prefix uncached."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(sorted(prefix), f)
+            os.replace(tmp, self.folder / f"{fingerprint}.json")
+        except OSError:
+            pass
+
+
+def fixed_prefix(strategy, seeds: int = PREFIX_SEEDS, store: PrefixStore | None = None) -> frozenset[str]:
     """Cases hypothesis draws early whatever the seed (its simplest examples, which every shard would
     start with again): those 2 of `seeds` calibration seeds draw among their first PREFIX_DRAWS, at a shard's
     max_examples. Shard 0 evaluates them; later shards skip them. Measured: 11-16 % of generated rows repeated
     an earlier case without this; 2.0-3.6 % on the GPU and 2.2-2.4 % in benchmarks/repeats.py with 4 seeds
-    drawing at max_examples 12; 0.2-0.4 % now (about 1 s per strategy and process)."""
-    counts: Counter[str] = Counter()
-    for s in range(1, seeds + 1):
+    drawing at max_examples 12; 0.2-0.4 % now (about 1 s per strategy and process; `store`: once per machine)."""
+    first = early_draws(strategy, 1, PREFIX_DRAWS, STEADY_MAX_EXAMPLES)
+    fingerprint = PrefixStore.fingerprint(first, seeds) if store is not None else ""
+    if store is not None:
+        known = store.get(fingerprint)
+        if known is not None:
+            return known
+    counts: Counter[str] = Counter(set(first))
+    for s in range(2, seeds + 1):
         counts.update(set(early_draws(strategy, s, PREFIX_DRAWS, STEADY_MAX_EXAMPLES)))
-    return frozenset(case for case, n in counts.items() if n >= 2)
+    prefix = frozenset(case for case, n in counts.items() if n >= 2)
+    if store is not None:
+        store.put(fingerprint, prefix)
+    return prefix
 
 
 def pin_hypothesis_constants() -> None:

@@ -32,10 +32,10 @@ from fuzz.strategies import Limits, cases, compile_key, compile_slices, key_limi
 from reference.case import Case
 
 from .buckets import row_symptoms
-from .caches import KEYS_FOLDER, cache_root
+from .caches import KEYS_FOLDER, PREFIXES_FOLDER, cache_root
 from .claims import Claim, CompileClaims, built_by
 from .compiles import key_text
-from .drawing import (PINNED_PREFIX_SEEDS, PREFIX_SEEDS, Fresh, fixed_prefix, hypothesis_settings,
+from .drawing import (PINNED_PREFIX_SEEDS, PREFIX_SEEDS, Fresh, PrefixStore, fixed_prefix, hypothesis_settings,
                       pin_hypothesis_constants)
 from .profiling import TaskProfiler
 from .store import tensors_b64
@@ -121,6 +121,7 @@ class Worker:
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
         self._units: set[tuple[str, str]] = set()  # (backend, module it builds: _unit) this process has run
         keys = cache_root(config.cache_dir) / KEYS_FOLDER
+        self.prefix_store = PrefixStore(cache_root(config.cache_dir) / PREFIXES_FOLDER)
         self.claims = CompileClaims(keys, config.slots_dir or keys / "slots", config.compile_slots)
         self.spent = dict.fromkeys(SPENT, 0.0)  # the running task's seconds by part (run)
         self.profiler = TaskProfiler(config.profile_dir)
@@ -165,7 +166,8 @@ class Worker:
         if shard == 0 or tour or (pinned and not pins_of):
             return backend, strategy, frozenset()
         if (name, which) not in self._prefixes:
-            self._prefixes[name, which] = fixed_prefix(strategy, PINNED_PREFIX_SEEDS if pinned else PREFIX_SEEDS)
+            self._prefixes[name, which] = fixed_prefix(strategy, PINNED_PREFIX_SEEDS if pinned else PREFIX_SEEDS,
+                                                       self.prefix_store)
         return backend, strategy, self._prefixes[name, which]
 
     def _evaluate(self, backend, case: Case, where: dict, check_blind: bool = True) -> tuple[dict, Evaluation | None]:

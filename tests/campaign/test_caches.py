@@ -45,12 +45,15 @@ def test_attnref_cache_shows_and_clears_only_the_library_caches(tmp_path):
     (tmp_path / "notes.txt").write_text("the user's")
     (tmp_path / "compile-keys" / "fa4-varlen").mkdir(parents=True)  # campaign.claims' built markers go too
     (tmp_path / "compile-keys" / "fa4-varlen" / "0123.built").write_text('["float16", 64]')
+    (tmp_path / "prefixes").mkdir()  # campaign.drawing.PrefixStore's prefixes go too
+    (tmp_path / "prefixes" / "0123.json").write_text("[]")
     run = lambda *args: subprocess.run([sys.executable, "-m", "cli", "cache", "--cache-dir", str(tmp_path), *args],  # noqa: E731
                                        capture_output=True, text=True, check=True).stdout
     shown = run()
     assert "triton" in shown and "1 files" in shown.split("triton")[1].splitlines()[0]
     assert "compile-keys" in shown and "1 files" in shown.split("compile-keys")[1].splitlines()[0]
+    assert "prefixes" in shown and "1 files" in shown.split("prefixes")[1].splitlines()[0]
     assert "cleared 0.0 MiB" in run("--clear")
     assert not (tmp_path / "triton").exists() and (tmp_path / "notes.txt").exists()
-    assert not (tmp_path / "compile-keys").exists()
+    assert not (tmp_path / "compile-keys").exists() and not (tmp_path / "prefixes").exists()
     assert "0 files" in run().split("triton")[1].splitlines()[0]
