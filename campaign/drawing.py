@@ -78,11 +78,13 @@ def early_draws(strategy, shard_seed: int, n: int, max_examples: int) -> list[st
 
 class PrefixStore:
     """Fixed prefixes on disk, one JSON file each, named by a fingerprint of what the strategy draws: the first
-    calibration seed's early cases, with the hypothesis version and the number of seeds. A strategy that draws other
-    cases has another fingerprint, so nothing goes stale: a changed declaration, focus or strategy code misses.
-    Every process of a campaign (and the next campaign on the machine) reads what one computed. Without it each
-    worker computed the prefix of every compile key it focused on: 4.7 % of FlashInfer's worker time on an H200
-    (`setup` in campaigns/jit-untold-each-alone-h200-2026-11-27.md); on the 2-core CPU a hit costs a sixteenth."""
+    calibration seed's early cases, with the hypothesis version and the number of seeds. A changed declaration, focus
+    or strategy code draws other early cases and misses; one that drew the same first cases and others later would
+    only skip a few cases more or fewer, alike in every process. Every process of a campaign (and the next campaign
+    on the machine) reads what one computed. Without it each worker computed the prefix of every compile key it
+    focused on: strategy setup was 4.7 % of FlashInfer's untold worker time on an H200, 3.3 % with it on an H100
+    (campaigns/jit-untold-each-alone-h200-2026-11-27.md, jit-untold-flashinfer-cold-warm-h100-2026-11-27.md); on the
+    2-core CPU a hit costs a sixteenth of the draws."""
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.folder = Path(folder)
