@@ -175,6 +175,9 @@ class Bucket:
     # features of the counted rows beyond the minimal case's, with how many rows had each: where a second bug with
     # the same symptom may hide among them, the report shows it (a bucket never hides a symptom)
     others: Counter = field(default_factory=Counter)
+    # failing rows it applies to that show its symptom, counted here or, where that symptom is not their main one,
+    # in another bucket (`assign` fills it): a second bug's bucket may count 0 rows that all show it
+    showing: int = 0
 
     @property
     def id(self) -> str:
@@ -348,4 +351,7 @@ def assign(rows: list[dict]) -> tuple[dict[str, Bucket], list[str | None]]:
         if b is not None:
             tally(b, r, 3)
         ids.append(b.id if b else None)
+    for b in buckets.values():
+        mine = (b.signature.verdict, b.signature.symptom)
+        b.showing = sum(1 for r in failing if applies(b, r) and mine in row_symptoms(r))
     return buckets, ids

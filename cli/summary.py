@@ -37,7 +37,7 @@ def summary_lines(rows: list[dict], out: Path, status: int, run: int | None = No
             s = b.signature
             when = time.strftime("%H:%M:%S", time.localtime(b.first_seen)) if b.first_seen else "?"
             lines.append(f"  {b.id} {s.backend} {s.verdict}/{s.symptom} [{','.join(sorted(s.features)) or 'plain'}] "
-                         f"x{b.count}, first seen {when}")
+                         f"x{b.count}{f' (shown by {b.showing})' if b.showing > b.count else ''}, first seen {when}")
             case_file = (b.minimal or {}).get("case_file")
             if case_file:
                 lines.append(f"      minimal: {case_file}")

@@ -141,3 +141,28 @@ def test_a_row_whose_symptoms_no_bucket_shows_is_its_own_leftover():
     b.deferred[("k", "mismatch", "lse")].append(_row("window", symptom="lse", symptoms=lse, index=2))
     kept = b.leftovers()
     assert len(kept) == 1 and len(b.buckets) == 2
+
+
+def test_a_second_bugs_bucket_says_how_many_rows_show_it():
+    """Rows with a NaN and a mismatch count in the NaN bucket (their main symptom); the mismatch's own bucket, made by a
+    shrink toward it, counts none of them and says that they show it (an H100 FA4 campaign listed such a bucket with
+    count 0: campaigns/jit-untold-fa4-cold-warm-h100-2026-11-27.md)."""
+    from reports.build import bucket_table, counted
+
+    nan = {"verdict": "nan", "symptom": "output-nan", "message": ""}
+    off = {"verdict": "mismatch", "symptom": "output", "message": ""}
+    both = [_row("paged", verdict="nan", symptom="output-nan", symptoms=[nan, off], index=i) for i in (1, 2, 3)]
+    minimals = [dict(_row("paged", verdict="nan", symptom="output-nan", symptoms=[nan], index=1), phase="minimal",
+                     bucket_symptom=["nan", "output-nan"], case_file="n.json"),
+                dict(_row("paged", symptoms=[off], index=2), phase="minimal", bucket_symptom=["mismatch", "output"],
+                     case_file="m.json")]
+    lines = {line["verdict"]: line for line in bucket_table([*minimals, *both])}
+    assert (lines["nan"]["count"], lines["nan"]["showing"]) == (3, 3) and counted(lines["nan"]) == "3"
+    assert (lines["mismatch"]["count"], lines["mismatch"]["showing"]) == (0, 3)
+    assert counted(lines["mismatch"]) == "0 (shown by 3)"
+    from pathlib import Path
+
+    from cli.summary import summary_lines
+
+    printed = "\n".join(summary_lines([*minimals, *both], Path("out"), 1))
+    assert "mismatch/output [paged] x0 (shown by 3)" in printed and "nan/output-nan [paged] x3," in printed
