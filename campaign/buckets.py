@@ -351,7 +351,9 @@ def assign(rows: list[dict]) -> tuple[dict[str, Bucket], list[str | None]]:
         if b is not None:
             tally(b, r, 3)
         ids.append(b.id if b else None)
-    for b in buckets.values():
-        mine = (b.signature.verdict, b.signature.symptom)
-        b.showing = sum(1 for r in failing if applies(b, r) and mine in row_symptoms(r))
+    seen = Counter((r.get("backend"), features_of(r), pair) for r in failing for pair in row_symptoms(r))
+    for b in buckets.values():  # `applies` and the symptom, over each distinct (backend, features, symptom) once
+        sig = b.signature
+        b.showing = sum(n for (backend, features, pair), n in seen.items()
+                        if backend == sig.backend and sig.features <= features and pair == (sig.verdict, sig.symptom))
     return buckets, ids
