@@ -175,8 +175,8 @@ class Bucket:
     # features of the counted rows beyond the minimal case's, with how many rows had each: where a second bug with
     # the same symptom may hide among them, the report shows it (a bucket never hides a symptom)
     others: Counter = field(default_factory=Counter)
-    # failing rows it applies to that show its symptom, counted here or, where that symptom is not their main one,
-    # in another bucket (`assign` fills it): a second bug's bucket may count 0 rows that all show it
+    # failing rows it applies to that show its symptom, wherever they are counted (a row counts once, in the most
+    # general bucket showing its main symptom; `assign` fills it): a second bug's bucket may count 0 rows that show it
     showing: int = 0
 
     @property

@@ -146,7 +146,8 @@ def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], 
 
 def counted(bucket: dict) -> str:
     """A bucket's count, and how many failing rows show its symptom where some of those are counted in another bucket
-    (their main symptom is another): a second bug's bucket would otherwise read as a bucket without rows."""
+    (a row counts once, in the most general bucket showing its main symptom): a second bug's bucket would otherwise
+    read as a bucket without rows."""
     if bucket["showing"] > bucket["count"]:
         return f"{bucket['count']} (shown by {bucket['showing']})"
     return str(bucket["count"])
