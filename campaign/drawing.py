@@ -120,11 +120,10 @@ def fixed_prefix(strategy, seeds: int = PREFIX_SEEDS, store: PrefixStore | None 
     an earlier case without this; 2.0-3.6 % on the GPU and 2.2-2.4 % in benchmarks/repeats.py with 4 seeds
     drawing at max_examples 12; 0.2-0.4 % now (about 1 s per strategy and process; `store`: once per machine)."""
     first = early_draws(strategy, 1, PREFIX_DRAWS, STEADY_MAX_EXAMPLES)
-    fingerprint = PrefixStore.fingerprint(first, seeds) if store is not None else ""
-    if store is not None:
-        known = store.get(fingerprint)
-        if known is not None:
-            return known
+    fingerprint = PrefixStore.fingerprint(first, seeds)
+    known = store.get(fingerprint) if store is not None else None
+    if known is not None:
+        return known
     counts: Counter[str] = Counter(set(first))
     for s in range(2, seeds + 1):
         counts.update(set(early_draws(strategy, s, PREFIX_DRAWS, STEADY_MAX_EXAMPLES)))

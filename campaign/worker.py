@@ -120,8 +120,9 @@ class Worker:
         self.builds = True  # the running task may build modules (Task.builds)
         self._compiled: set[tuple] = set()  # (backend, compile key) this process has run before
         self._units: set[tuple[str, str]] = set()  # (backend, module it builds: _unit) this process has run
-        keys = cache_root(config.cache_dir) / KEYS_FOLDER
-        self.prefix_store = PrefixStore(cache_root(config.cache_dir) / PREFIXES_FOLDER)
+        root = cache_root(config.cache_dir)
+        keys = root / KEYS_FOLDER
+        self.prefix_store = PrefixStore(root / PREFIXES_FOLDER)
         self.claims = CompileClaims(keys, config.slots_dir or keys / "slots", config.compile_slots)
         self.spent = dict.fromkeys(SPENT, 0.0)  # the running task's seconds by part (run)
         self.profiler = TaskProfiler(config.profile_dir)
@@ -554,6 +555,5 @@ class Worker:
             row.update(phase="replay", example_id=f"{task.backend}/replay/{digest}", t=time.time(),
                        fixed=not Verdict(row["verdict"]).is_failure)
             self.send({"type": "row", "row": row})
-            if sticky_crash(row):
-                row["sticky"] = True
+            if self._marked_sticky(row):
                 self._report_sticky(task.backend, row, evaluation)
