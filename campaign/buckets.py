@@ -294,6 +294,13 @@ class Buckets:
         return sorted(self.buckets.values(), key=lambda b: (b.signature.backend, -b.count))
 
 
+def count_text(count: int, showing: int) -> str:
+    """A bucket's count, and how many failing rows show its symptom where some of those are counted in another bucket
+    (a row counts once, in the most general bucket showing its main symptom): a second bug's bucket would otherwise
+    read as a bucket without rows."""
+    return f"{count} (shown by {showing})" if showing > count else str(count)
+
+
 def tally(bucket: Bucket, row: dict, keep_examples: int) -> None:
     """Count `row` in `bucket`: its count, the features beyond the minimal's, its first time, a few example ids."""
     bucket.count += 1

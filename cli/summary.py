@@ -6,7 +6,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from campaign.buckets import assign, is_new_failure
+from campaign.buckets import assign, count_text, is_new_failure
 
 EXIT_MEANING = {0: "clean: no failure the ledger does not explain", 1: "new failures (buckets above)",
                 2: "usage error", 3: "harness error: attnref failed itself (the `harness error:` lines below)",
@@ -37,7 +37,7 @@ def summary_lines(rows: list[dict], out: Path, status: int, run: int | None = No
             s = b.signature
             when = time.strftime("%H:%M:%S", time.localtime(b.first_seen)) if b.first_seen else "?"
             lines.append(f"  {b.id} {s.backend} {s.verdict}/{s.symptom} [{','.join(sorted(s.features)) or 'plain'}] "
-                         f"x{b.count}{f' (shown by {b.showing})' if b.showing > b.count else ''}, first seen {when}")
+                         f"x{count_text(b.count, b.showing)}, first seen {when}")
             case_file = (b.minimal or {}).get("case_file")
             if case_file:
                 lines.append(f"      minimal: {case_file}")

@@ -126,7 +126,7 @@ def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], 
                   "|---|---|---|---|---|---|---|"]
         replay = {f["id"]: f["replay"] for f in failures}
         lines += [f"| {b['id']} | {b['backend']} | {b['verdict']}/{b['symptom'][:60]} | {b['features']} | "
-                  f"{counted(b)} | "
+                  f"{b['counted']} | "
                   f"{b.get('others', '')} | "
                   f"{('`' + replay.get(b['page'], b['page']) + '`') if b['page'] else 'not shrunk'} |" for b in buckets]
     if blind_spots is not None and not blind_spots.empty:
@@ -144,22 +144,13 @@ def markdown_summary(df: pd.DataFrame, tol: pd.DataFrame, failures: list[dict], 
     return "\n".join(lines) + "\n"
 
 
-def counted(bucket: dict) -> str:
-    """A bucket's count, and how many failing rows show its symptom where some of those are counted in another bucket
-    (a row counts once, in the most general bucket showing its main symptom): a second bug's bucket would otherwise
-    read as a bucket without rows."""
-    if bucket["showing"] > bucket["count"]:
-        return f"{bucket['count']} (shown by {bucket['showing']})"
-    return str(bucket["count"])
-
-
 # --- the whole report ----------------------------------------------------------------------------
 
 def bucket_table(rows: list[dict]) -> list[dict]:
     """One line per failure bucket (campaign.buckets.assign on the rows): count, first seen, minimal case."""
     import time
 
-    from campaign.buckets import assign
+    from campaign.buckets import assign, count_text
 
     buckets, _ = assign(rows)
     out = []
@@ -167,6 +158,7 @@ def bucket_table(rows: list[dict]) -> list[dict]:
         case_file = (b.minimal or {}).get("case_file")
         out.append(dict(id=b.id, backend=b.signature.backend, verdict=b.signature.verdict, symptom=b.signature.symptom,
                         features=",".join(sorted(b.signature.features)) or "plain", count=b.count, showing=b.showing,
+                        counted=count_text(b.count, b.showing),
                         first_seen=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.first_seen)) if b.first_seen else "",
                         page=Path(case_file).stem if case_file else "", examples=", ".join(b.examples),
                         also=[Path(m["case_file"]).stem for m in b.merged if m.get("case_file")],

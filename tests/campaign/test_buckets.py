@@ -147,7 +147,7 @@ def test_a_second_bugs_bucket_says_how_many_rows_show_it():
     """Rows with a NaN and a mismatch count in the NaN bucket (their main symptom); the mismatch's own bucket, made by a
     shrink toward it, counts none of them and says that they show it (an H100 FA4 campaign listed such a bucket with
     count 0: campaigns/jit-untold-fa4-cold-warm-h100-2026-11-27.md)."""
-    from reports.build import bucket_table, counted
+    from reports.build import bucket_table
 
     nan = {"verdict": "nan", "symptom": "output-nan", "message": ""}
     off = {"verdict": "mismatch", "symptom": "output", "message": ""}
@@ -157,9 +157,9 @@ def test_a_second_bugs_bucket_says_how_many_rows_show_it():
                 dict(_row("paged", symptoms=[off], index=2), phase="minimal", bucket_symptom=["mismatch", "output"],
                      case_file="m.json")]
     lines = {line["verdict"]: line for line in bucket_table([*minimals, *both])}
-    assert (lines["nan"]["count"], lines["nan"]["showing"]) == (3, 3) and counted(lines["nan"]) == "3"
+    assert (lines["nan"]["count"], lines["nan"]["showing"]) == (3, 3) and lines["nan"]["counted"] == "3"
     assert (lines["mismatch"]["count"], lines["mismatch"]["showing"]) == (0, 3)
-    assert counted(lines["mismatch"]) == "0 (shown by 3)"
+    assert lines["mismatch"]["counted"] == "0 (shown by 3)"
     from pathlib import Path
 
     from cli.summary import summary_lines
