@@ -8,8 +8,9 @@ others' turns: a case whose oracle ran on the GPU cost 60-150 ms of measured par
 oracle ran on the CPU, for a few milliseconds of device work (benchmarks/results/throughput/). Cases are drawn
 first, then evaluated one by one under `torch.cuda.set_sync_debug_mode("warn")`, which warns at every implicit
 synchronisation (a blocking copy, `.item()`, a boolean index); explicit `torch.cuda.synchronize` calls (the row's
-timers) are counted by wrapping it. Each is charged to the innermost frame in this repository. Prints, in Markdown,
-synchronisations per example by where the oracle ran, and the sites with the most.
+timers) and waits for an event (the kernel's for its inputs' copy) are counted by wrapping them. Each is charged to
+the innermost frame in this repository. Prints, in Markdown, synchronisations per example by where the oracle ran,
+and the sites with the most.
 """
 from __future__ import annotations
 
@@ -60,17 +61,21 @@ def main() -> int:
     counts: collections.Counter[tuple[str, str]] = collections.Counter()  # (oracle device, site) -> syncs
     examples: collections.Counter[str] = collections.Counter()
     current: collections.Counter[str] = collections.Counter()  # this example's syncs by site
-    synchronize = torch.cuda.synchronize
+    synchronize, event_wait = torch.cuda.synchronize, torch.cuda.Event.synchronize
 
     def counted_synchronize(device=None) -> None:
         current["torch.cuda.synchronize at " + site()] += 1
         synchronize(device)
 
+    def counted_event_wait(event) -> None:  # the kernel's wait for its inputs' copy (an event, not the device)
+        current["torch.cuda.Event.synchronize at " + site()] += 1
+        event_wait(event)
+
     def note(message, category, filename, lineno, file=None, line=None) -> None:
         if "synchroniz" in str(message):
             current[site()] += 1
 
-    torch.cuda.synchronize = counted_synchronize
+    torch.cuda.synchronize, torch.cuda.Event.synchronize = counted_synchronize, counted_event_wait
     torch.cuda.set_sync_debug_mode("warn")
     try:
         with warnings.catch_warnings():
@@ -83,7 +88,7 @@ def main() -> int:
                 counts.update({(device, where): n for where, n in current.items()})
     finally:
         torch.cuda.set_sync_debug_mode("default")
-        torch.cuda.synchronize = synchronize
+        torch.cuda.synchronize, torch.cuda.Event.synchronize = synchronize, event_wait
     print(f"{a.backend}: {len(drawn)} cases (tiers {a.tiers}); examples by oracle device: {dict(examples)}\n")
     print("| oracle on | synchronisations per example |")
     print("|---|---|")

@@ -8,9 +8,11 @@ Where the oracle runs: inputs are always drawn on the CPU (bit-identical anywher
 oracle, its baseline and the blind check are hundreds of small launches per example; on a GPU
 shared by many worker processes those launches serialise, so for cases up to `oracle_cpu_max`
 score elements (heads x queries x keys) the oracle runs on the CPU and only the kernel runs on the
-kernel's device (measured in benchmarks/results/). Larger cases run the oracle beside the kernel and are judged
-there, every number the judge reads coming back in one copy with the blind check's answer (`fuzz.summary`; the
-host judge after one copy, `on_host`, where the case is not the common one).
+kernel's device (measured in benchmarks/results/). Larger cases run the oracle beside the kernel. Either way a case is
+judged in one read: the kernel's outputs come to the oracle's device in one copy inside the kernel's own try (so a
+device error there is the case's crash), and every number the judge reads comes back in one copy with the blind
+check's answer (`fuzz.summary`; the host judge after one copy, `on_host`, where the case is not the common one).
+Nothing waits for the inputs' copy to the GPU but the kernel's call, so the copy overlaps a host oracle.
 """
 from __future__ import annotations
 
@@ -58,6 +60,15 @@ class Evaluation:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _copied(device: torch.device) -> torch.cuda.Event | None:
+    """An event after the work queued so far on `device` (the inputs' copy from the host), or None off a GPU."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
 
 
 def score_elements(case: Case) -> int:
@@ -135,6 +146,8 @@ def on_host(expected: Expected, baseline: Expected, actual: Actual,
     fields = [expected.output, expected.lse, expected.num_visible, expected.logit_spread, baseline.output, baseline.lse,
               actual.output, actual.lse, actual.output_buffer, *extra]
     present = [t for t in fields if t is not None]
+    if all(t.device.type == "cpu" for t in present):  # a host oracle's case: nothing to move
+        return expected, baseline, actual, tuple(extra)
     moved = iter(transfer.move_all(present, torch.device("cpu")))
     e_out, e_lse, e_seen, e_spread, b_out, b_lse, a_out, a_lse, a_buf, *rest = (None if t is None else next(moved)
                                                                                 for t in fields)
@@ -153,28 +166,33 @@ def shift_error(inputs: Inputs, expected: Expected, scores: PackedScores | None)
     return key_changes(inputs, expected, shift_by_one_key)
 
 
-def mask_shift(inputs: Inputs, expected: Expected, scores: PackedScores | None) -> tuple[float, bool]:
-    """shift_error() read back in one synchronisation: (the largest change, whether any mask changed)."""
-    return read_shift(*shift_error(inputs, expected, scores))
-
-
 def _worst(diff: Tensor) -> Tensor:
     return diff.abs().max() if diff.numel() else diff.new_zeros(())
 
 
-def read_shift(worst: Tensor, changed: Tensor) -> tuple[float, bool]:
-    both = torch.stack([worst.double(), changed.to(device=worst.device, dtype=torch.float64)]).cpu()
-    return float(both[0]), bool(both[1])
+def kernel_on(actual: Actual, device: torch.device) -> Actual:
+    """`actual` with its output, LSE and output buffer on `device`, in one copy (a kernel's outputs judged beside an
+    oracle that ran on the host: each tensor's own copy was a synchronisation of a GPU the campaign's workers share)."""
+    fields = [actual.output, actual.lse, actual.output_buffer]
+    if all(t is None or t.device == device for t in fields):
+        return actual
+    moved = iter(transfer.move_all([t for t in fields if t is not None], device))
+    out, lse, buffer = (None if t is None else next(moved) for t in fields)
+    return replace(actual, output=out, lse=lse, output_buffer=buffer)
 
 
-def judge_beside_the_oracle(row: dict[str, Any], backend: Backend, inputs: Inputs, expected: Expected,
-                            baseline: Expected, actual: Actual, scores: PackedScores | None,
-                            check_blind: bool) -> tuple[float, bool] | None:
-    """Judge a case whose oracle ran on the GPU, in one read back: the blind check is queued first and its answers
-    cross with the judge's (fuzz.summary), or with the outputs the host judges where the case is not the common one.
-    Returns the blind check's (largest change, any mask changed), or None without `check_blind`."""
+def judge_in_one_read(row: dict[str, Any], backend: Backend, inputs: Inputs, expected: Expected,
+                      baseline: Expected, actual: Actual, scores: PackedScores | None,
+                      check_blind: bool) -> tuple[float, bool] | None:
+    """Judge a case in one read back, wherever its oracle ran: the blind check is queued first and its answers cross
+    with the judge's summary (fuzz.summary), or with the outputs the host judges where the case is not the common one.
+    The kernel's outputs are on the oracle's device (kernel_on). Returns the blind check's (largest change, any mask
+    changed), or None without `check_blind`."""
     shift = shift_error(inputs, expected, scores) if check_blind else ()
-    read = judge_on_device(row, backend.caps, inputs, expected, baseline, actual, shift)
+    # a host oracle's case with an empty row goes to the host judge at once (the summary would decline it)
+    common = expected.output.device.type != "cpu" or (expected.num_visible is not None
+                                                     and not bool((expected.num_visible == 0).any()))
+    read = judge_on_device(row, backend.caps, inputs, expected, baseline, actual, shift) if common else None
     if read is None:
         on_cpu_expected, on_cpu_baseline, on_cpu_actual, moved = on_host(expected, baseline, actual, shift)
         judge(row, backend.caps, inputs, on_cpu_expected, on_cpu_baseline, on_cpu_actual)
@@ -188,7 +206,10 @@ def evaluate(backend: Backend, case: Case, device: str | None = None, check_blin
     """Run `case` on `backend` and judge it against the oracle. Never raises for kernel errors.
     `base`: base_row(backend, case) when the caller built it already (a campaign worker's heartbeat).
     `packed`: the oracle's padded one-pass formulation where the case fits it (False: always the chunked one)."""
-    evaluation = _evaluate(backend, case, device, check_blind, oracle_cpu_max, base, packed)
+    # no autograd records (version counters, views): 0.86-0.94x the CPU time of cases of small tensor operations
+    # (benchmarks/grad_mode.py, results/throughput/harness-inference-mode-h200-2026-11-28.md)
+    with torch.inference_mode():
+        evaluation = _evaluate(backend, case, device, check_blind, oracle_cpu_max, base, packed)
     if evaluation.inputs is not None:  # the Evaluation outlives the case's turn: the widened keys it kept need not
         evaluation.inputs.widened.clear()
     return evaluation
@@ -207,7 +228,9 @@ def _evaluate(backend: Backend, case: Case, device: str | None, check_blind: boo
     host = materialize(case, "cpu")
     oracle_inputs = to_device(host, odev)
     kernel_inputs = oracle_inputs if odev == dev else to_device(host, dev)
-    _sync(dev)
+    # Not waited for here: the copy runs while a host oracle computes, and a GPU oracle is queued behind it (one
+    # synchronisation fewer a case: benchmarks/results/throughput/harness-inference-mode-h200-2026-11-28.md).
+    copied = _copied(dev)
     t1 = time.perf_counter()
     base_dtype = baseline_dtype(case.dtype, case.kv_cache_dtype)
     rounding = probability_rounding(case, backend.caps.fp8_probabilities)
@@ -216,7 +239,11 @@ def _evaluate(backend: Backend, case: Case, device: str | None, check_blind: boo
     t2 = time.perf_counter()
     row.update(materialize_s=t1 - t0, oracle_s=t2 - t1, oracle_device=odev.type)
     try:
+        if copied is not None:  # whole inputs, also for a kernel that runs on a stream of its own
+            copied.synchronize()
         actual = backend.run(kernel_inputs)
+        # beside the oracle, in one copy that also waits for the kernel: a device error in either is this case's crash
+        actual = kernel_on(actual, odev)
         _sync(dev)
     except Unsupported as e:
         row.update(verdict=Verdict.UNSUPPORTED.value, message=f"library refused a declared case: {e}",
@@ -238,13 +265,9 @@ def _evaluate(backend: Backend, case: Case, device: str | None, check_blind: boo
         # the kernel computed is judged over the codes its library wrote, not over the oracle's
         over_written = to_device(replace(kernel_inputs, **written), odev)
         expected, baseline, scores = oracle_and_baseline(over_written, base_dtype, packed, rounding)
-    shift = None
-    if odev.type == "cpu":
-        judge(row, backend.caps, oracle_inputs, expected, baseline, actual)
-    else:
-        shift = judge_beside_the_oracle(row, backend, oracle_inputs, expected, baseline, actual, scores, check_blind)
-    if check_blind and row["verdict"] == Verdict.PASS.value:
-        visible_change, changed = shift if shift else mask_shift(oracle_inputs, expected, scores)
+    shift = judge_in_one_read(row, backend, oracle_inputs, expected, baseline, actual, scores, check_blind)
+    if shift is not None and row["verdict"] == Verdict.PASS.value:
+        visible_change, changed = shift
         row["mask_shift_error"] = visible_change if changed else None
         if not changed:  # every row sees 0 or 1 key of its 0 or 1: no mask to get wrong, not a blind spot
             row["message"] = "no row has a key to add or drop: the case checks contracts, not masks"

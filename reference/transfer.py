@@ -12,8 +12,8 @@ From the host to a GPU the copy leaves from page-locked memory and the host does
 pageable memory is a synchronisation, 3.5-3.9 of the 10.7-13.6 a case whose oracle ran on the GPU made (6.1-8.7
 without them, the examples/s within the machine's spread:
 benchmarks/results/throughput/harness-async-copies-h200-2026-11-27.md). Work queued after it on the same stream (the
-oracle, the kernel) runs after it; the evaluation's timers still synchronise once after materializing, so a kernel
-on a stream of its own reads whole inputs too.
+oracle, the kernel) runs after it; `fuzz.compare.evaluate` waits for an event recorded after it before the kernel's
+call, so a kernel on a stream of its own reads whole inputs too, and a host oracle computes while it crosses.
 """
 from __future__ import annotations
 
