@@ -138,6 +138,24 @@ def attended_writes(case: Case, actual: Actual) -> dict:
     return out
 
 
+def _is_on(t: Tensor, device: torch.device) -> bool:
+    """Whether `t` lives on `device` ("cuda" without an index: the current GPU, as a backend names its device)."""
+    if t.device.type != device.type:
+        return False
+    index = torch.cuda.current_device() if device.type == "cuda" and device.index is None else device.index
+    return t.device.type != "cuda" or t.device.index == index
+
+
+def _moved(tensors: list[Tensor | None], device: torch.device) -> list[Tensor | None] | None:
+    """`tensors` on `device` in one copy (`reference.transfer.move_all`), None kept in place; None when every one is
+    there already."""
+    present = [t for t in tensors if t is not None]
+    if all(_is_on(t, device) for t in present):
+        return None
+    moved = iter(transfer.move_all(present, device))
+    return [None if t is None else next(moved) for t in tensors]
+
+
 def on_host(expected: Expected, baseline: Expected, actual: Actual,
             extra: tuple[Tensor, ...] = ()) -> tuple[Expected, Expected, Actual, tuple[Tensor, ...]]:
     """The oracle's, the baseline's and the kernel's outputs (and `extra` tensors of the oracle's device) on the CPU,
@@ -145,12 +163,10 @@ def on_host(expected: Expected, baseline: Expected, actual: Actual,
     that 16 workers share (a written cache stays where the kernel wrote it: it is compared bit for bit there)."""
     fields = [expected.output, expected.lse, expected.num_visible, expected.logit_spread, baseline.output, baseline.lse,
               actual.output, actual.lse, actual.output_buffer, *extra]
-    present = [t for t in fields if t is not None]
-    if all(t.device.type == "cpu" for t in present):  # a host oracle's case: nothing to move
+    moved = _moved(fields, torch.device("cpu"))
+    if moved is None:  # a host oracle's case: nothing to move
         return expected, baseline, actual, tuple(extra)
-    moved = iter(transfer.move_all(present, torch.device("cpu")))
-    e_out, e_lse, e_seen, e_spread, b_out, b_lse, a_out, a_lse, a_buf, *rest = (None if t is None else next(moved)
-                                                                                for t in fields)
+    e_out, e_lse, e_seen, e_spread, b_out, b_lse, a_out, a_lse, a_buf, *rest = moved
     return (Expected(e_out, e_lse, e_seen, e_spread), Expected(b_out, b_lse, None),
             replace(actual, output=a_out, lse=a_lse, output_buffer=a_buf), tuple(rest))
 
@@ -173,11 +189,10 @@ def _worst(diff: Tensor) -> Tensor:
 def kernel_on(actual: Actual, device: torch.device) -> Actual:
     """`actual` with its output, LSE and output buffer on `device`, in one copy (a kernel's outputs judged beside an
     oracle that ran on the host: each tensor's own copy was a synchronisation of a GPU the campaign's workers share)."""
-    fields = [actual.output, actual.lse, actual.output_buffer]
-    if all(t is None or t.device == device for t in fields):
+    moved = _moved([actual.output, actual.lse, actual.output_buffer], device)
+    if moved is None:
         return actual
-    moved = iter(transfer.move_all([t for t in fields if t is not None], device))
-    out, lse, buffer = (None if t is None else next(moved) for t in fields)
+    out, lse, buffer = moved
     return replace(actual, output=out, lse=lse, output_buffer=buffer)
 
 
@@ -189,10 +204,7 @@ def judge_in_one_read(row: dict[str, Any], backend: Backend, inputs: Inputs, exp
     The kernel's outputs are on the oracle's device (kernel_on). Returns the blind check's (largest change, any mask
     changed), or None without `check_blind`."""
     shift = shift_error(inputs, expected, scores) if check_blind else ()
-    # a host oracle's case with an empty row goes to the host judge at once (the summary would decline it)
-    common = expected.output.device.type != "cpu" or (expected.num_visible is not None
-                                                     and not bool((expected.num_visible == 0).any()))
-    read = judge_on_device(row, backend.caps, inputs, expected, baseline, actual, shift) if common else None
+    read = judge_on_device(row, backend.caps, inputs, expected, baseline, actual, shift)
     if read is None:
         on_cpu_expected, on_cpu_baseline, on_cpu_actual, moved = on_host(expected, baseline, actual, shift)
         judge(row, backend.caps, inputs, on_cpu_expected, on_cpu_baseline, on_cpu_actual)

@@ -42,6 +42,9 @@ def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expecte
     with_lse = actual.lse is not None and caps.lse_base is not None
     if with_lse and tuple(actual.lse.shape) != tuple(expected.lse.shape):
         return None
+    # on the host a read is free: a case with an empty row declines before the reductions rather than after them
+    if e.device.type == "cpu" and bool((expected.num_visible == 0).any()):
+        return None
     case = inputs.case
     out = actual.output.detach().to(e.device).double()
     diff = (out - e).abs()
