@@ -132,6 +132,28 @@ def test_a_bucket_does_not_hide_a_second_symptom():
     assert len(buckets) == 2 and ids[2] == signature(m2).bucket_id and ids[3] == signature(minimal).bucket_id
 
 
+
+def test_a_symptom_seen_without_the_bucket_s_own_is_a_second_bug_whichever_shrink_ends_first():
+    """The order the test above does not take: the mismatch's shrink ends first, at a case whose empty rows also break
+    their contract (q > k, causal). A later row that breaks the contract alone is not the mismatch bucket's: under load,
+    a two-bug campaign once ended with that bucket only (tests/campaign/test_two_bugs.py). An LSE-only row of an output
+    bucket whose case moves both stays its own (test_one_bug_breaking_output_and_lse_is_one_bucket)."""
+    b = Buckets()
+    empty = [{"verdict": "contract", "symptom": "empty-row-output", "message": ""}]
+    both = [{"verdict": "mismatch", "symptom": "output", "message": ""}, *empty]
+    two = _row("more_queries_than_keys", symptoms=both, index=1)
+    assert b.observe(two) == Decision.SHRINK
+    m1 = dict(two, phase="minimal", bucket_symptom=("mismatch", "output"))
+    mismatch, _, _ = b.shrunk(("k", "mismatch", "output"), m1, origin=two)
+    alone = _row("more_queries_than_keys", verdict="contract", symptom="empty-row-output", symptoms=empty, index=2)
+    assert b.covering(alone) is None and b.observe(alone) == Decision.SHRINK
+    assert b.target(alone).coarse == ("k", "contract", "empty-row-output")
+    assert b.observe(dict(two, index=3)) == Decision.COUNT and mismatch.count == 2
+    m2 = dict(alone, phase="minimal", bucket_symptom=("contract", "empty-row-output"))
+    rows = [dict(m1, case_file="a.json"), dict(m2, case_file="b.json"), dict(two, index=4), dict(alone, index=5)]
+    buckets, ids = assign(rows)
+    assert len(buckets) == 2 and ids[2] == signature(m1).bucket_id and ids[3] == signature(m2).bucket_id
+
 def test_a_row_whose_symptoms_no_bucket_shows_is_its_own_leftover():
     b = Buckets()
     lse = [{"verdict": "mismatch", "symptom": "lse", "message": ""}]
