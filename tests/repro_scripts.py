@@ -17,10 +17,11 @@ def load(text: str, device: str | None = None) -> dict:
 
 
 def drawn_cases(caps, limits: Limits, n: int) -> list:
-    """n cases drawn from `caps` (no example database: the same draws however often it runs)."""
+    """n cases drawn from `caps`, the same however often it runs: no example database, and derandomized (random draws
+    left a test asking for a dynamically scaled case among 12 without one in 2 runs of 21)."""
     drawn = []
 
-    @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(cases(caps, limits))
     def collect(case):
         drawn.append(case)
