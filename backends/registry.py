@@ -86,15 +86,18 @@ def _as_backends(obj) -> list[Backend]:
     raise TypeError(f"{obj!r} is not a Backend, a Backend class, or a callable returning backends")
 
 
-def plugin_backends() -> list[Listing]:
+def _plugins() -> list[Backend]:
     out = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
-            out += [Listing(b, _availability(b)) for b in _as_backends(ep.load())]
+            out += _as_backends(ep.load())
         except Exception as e:  # a broken plugin is listed, never fatal
-            reason = f"entry point {ep.value}: {type(e).__name__}: {e}"
-            out.append(Listing(_Broken(ep.name, reason), reason))
+            out.append(_Broken(ep.name, f"entry point {ep.value}: {type(e).__name__}: {e}"))
     return out
+
+
+def plugin_backends() -> list[Listing]:
+    return [Listing(b, _availability(b)) for b in _plugins()]
 
 
 class _Broken(Backend):
@@ -112,17 +115,31 @@ def _availability(backend: Backend) -> str | None:
         return f"{type(e).__name__}: {e}"
 
 
-def listings(include_mutants: bool = False, specs: tuple[str, ...] = ()) -> list[Listing]:
+def _known(include_mutants: bool, specs: tuple[str, ...]) -> list[Backend]:
     backends = builtin_backends() + (mutant_backends() if include_mutants else [])
     for spec in specs:
         backends += load_spec(spec)
-    out = [Listing(b, _availability(b)) for b in backends]
-    return out + plugin_backends()
+    return backends + _plugins()
+
+
+def listings(include_mutants: bool = False, specs: tuple[str, ...] = ()) -> list[Listing]:
+    return [Listing(b, _availability(b)) for b in _known(include_mutants, specs)]
+
+
+def listing(name: str, include_mutants: bool = False, specs: tuple[str, ...] = ()) -> Listing | None:
+    """`name`'s Listing, asking that backend alone whether it is available here; None when no backend has that name."""
+    for backend in _known(include_mutants, specs):
+        if backend.name == name:
+            return Listing(backend, _availability(backend))
+    return None
 
 
 def get(name: str, include_mutants: bool = True, specs: tuple[str, ...] = ()) -> Backend:
-    for x in listings(include_mutants, specs):
-        if x.backend.name == name:
-            return x.backend
-    known = sorted(x.backend.name for x in listings(include_mutants, specs))
-    raise KeyError(f"backend {name!r} unknown; known: {', '.join(known)}")
+    """The backend called `name`, available here or not. Without asking every backend whether it is: their checks
+    import what they call (torch's varlen attention brings torch._dynamo), 1.5 s of each worker's start on the
+    2-core CPU."""
+    known = _known(include_mutants, specs)
+    for backend in known:
+        if backend.name == name:
+            return backend
+    raise KeyError(f"backend {name!r} unknown; known: {', '.join(sorted(b.name for b in known))}")

@@ -70,3 +70,29 @@ def test_fa4_s_disk_cache_is_switched_on_before_its_module_can_be_imported(monke
     monkeypatch.setenv(CUTE_CACHE_ENV, "0")
     get("fa4-paged").availability()
     assert os.environ[CUTE_CACHE_ENV] == "0"
+
+
+class Asked(Backend):
+    """Counts the availability checks it gets."""
+    name = "counts-its-checks"
+    checks = 0
+
+    def availability(self):
+        Asked.checks += 1
+        return None
+
+
+def test_get_asks_no_backend_whether_it_is_available_and_a_listing_asks_one():
+    """Every backend's check costs a process 1.5 s (torch's varlen check imports torch._dynamo): a worker's get() and
+    `attnref fuzz --backend B` ask none, or B alone."""
+    from backends.registry import listing
+
+    spec = ("tests.backends.test_registry:Asked",)
+    Asked.checks = 0
+    assert get("counts-its-checks", specs=spec).name == "counts-its-checks" and Asked.checks == 0
+    assert listing("counts-its-checks", specs=spec).available and Asked.checks == 1
+    assert listing("no-such-backend", specs=spec) is None and listing("mutant-lse-base2") is None
+    code = ("import sys; from backends.registry import get; get('torch-sdpa-math'); "
+            "print('torch._dynamo' in sys.modules)")
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "False", fresh.stderr
