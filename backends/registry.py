@@ -136,8 +136,8 @@ def listing(name: str, include_mutants: bool = False, specs: tuple[str, ...] = (
 
 def get(name: str, include_mutants: bool = True, specs: tuple[str, ...] = ()) -> Backend:
     """The backend called `name`, available here or not. Without asking every backend whether it is: their checks
-    import what they call (torch's varlen attention brings torch._dynamo), 1.5 s of each worker's start on the
-    2-core CPU."""
+    import what they call (torch's varlen attention brings torch._dynamo), 1.4-1.9 s of each worker's start on the
+    2-core CPU (benchmarks/results/throughput/harness-registry-get-h200-2026-11-28.md)."""
     known = _known(include_mutants, specs)
     for backend in known:
         if backend.name == name:

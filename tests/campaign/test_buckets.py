@@ -132,7 +132,6 @@ def test_a_bucket_does_not_hide_a_second_symptom():
     assert len(buckets) == 2 and ids[2] == signature(m2).bucket_id and ids[3] == signature(minimal).bucket_id
 
 
-
 def test_a_symptom_seen_without_the_bucket_s_own_is_a_second_bug_whichever_shrink_ends_first():
     """The order the test above does not take: the mismatch's shrink ends first, at a case whose empty rows also break
     their contract (q > k, causal). A later row that breaks the contract alone is not the mismatch bucket's: under load,
@@ -153,6 +152,7 @@ def test_a_symptom_seen_without_the_bucket_s_own_is_a_second_bug_whichever_shrin
     rows = [dict(m1, case_file="a.json"), dict(m2, case_file="b.json"), dict(two, index=4), dict(alone, index=5)]
     buckets, ids = assign(rows)
     assert len(buckets) == 2 and ids[2] == signature(m1).bucket_id and ids[3] == signature(m2).bucket_id
+
 
 def test_a_row_whose_symptoms_no_bucket_shows_is_its_own_leftover():
     b = Buckets()
