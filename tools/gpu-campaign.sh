@@ -39,6 +39,8 @@ pack() {  # rows, cases, coverage and summary, xz: what `attnref report` rebuild
 avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
   PYTHONPATH=$BASE:$1 python3 -m cli backends | awk -v re="$2" '$2 == "available" && $1 ~ re {print $1}'
 }
+# A pack-only run (blank PARTS: gpu-bg.sh's pack) keeps the start's machine facts: each line is a process importing torch
+if [ -n "${PARTS// /}" ] || [ ! -s "$OUT/device.txt" ]; then
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
   PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -c "import flashinfer; print('flashinfer', flashinfer.__version__)" 2>&1 | tail -1
@@ -47,6 +49,7 @@ avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
   date -u; } > "$OUT/device.txt" 2>&1
 PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -m cli backends -v > "$OUT/backends.txt" 2>&1
 PYTHONPATH=$BASE:/tmp/site-xf python3 -m cli backends | grep xformers >> "$OUT/backends.txt" 2>&1
+fi
 FOCUS_JIT=${FOCUS_JIT:-'{"dtypes": ["bfloat16"], "head_sizes": [128], "kv_cache_dtypes": ["auto", "fp8_e4m3"]}'}
 FOCUS_MLA=${FOCUS_MLA:-'{"dtypes": ["bfloat16"], "head_sizes": [576, 192]}'}
 FOCUS_VLLMJIT=${FOCUS_VLLMJIT:-'{"dtypes": ["bfloat16"], "head_sizes": [128]}'}
