@@ -39,7 +39,7 @@ pack() {  # rows, cases, coverage and summary, xz: what `attnref report` rebuild
 avail() {  # avail PYTHONPATH REGEX: available CUDA backends whose names match
   PYTHONPATH=$BASE:$1 python3 -m cli backends | awk -v re="$2" '$2 == "available" && $1 ~ re {print $1}'
 }
-# A pack-only run (blank PARTS: gpu-bg.sh's pack) keeps the start's machine facts: each line is a process importing torch
+# A pack-only run (blank PARTS: gpu-bg.sh's pack) keeps the start's machine facts (each line: a process importing torch)
 if [ -n "${PARTS// /}" ] || [ ! -s "$OUT/device.txt" ]; then
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   PYTHONPATH=$BASE:${PYTHONPATH:-} python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
