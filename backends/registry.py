@@ -122,16 +122,11 @@ def _known(include_mutants: bool, specs: tuple[str, ...]) -> list[Backend]:
     return backends + _plugins()
 
 
-def listings(include_mutants: bool = False, specs: tuple[str, ...] = ()) -> list[Listing]:
-    return [Listing(b, _availability(b)) for b in _known(include_mutants, specs)]
-
-
-def listing(name: str, include_mutants: bool = False, specs: tuple[str, ...] = ()) -> Listing | None:
-    """`name`'s Listing, asking that backend alone whether it is available here; None when no backend has that name."""
-    for backend in _known(include_mutants, specs):
-        if backend.name == name:
-            return Listing(backend, _availability(backend))
-    return None
+def listings(include_mutants: bool = False, specs: tuple[str, ...] = (),
+             names: list[str] | None = None) -> list[Listing]:
+    """Every backend, or only those called one of `names` (a name no backend has is left out), each asked whether it
+    is available here (a check may cost a process 1.5 s: `get`)."""
+    return [Listing(b, _availability(b)) for b in _known(include_mutants, specs) if names is None or b.name in names]
 
 
 def get(name: str, include_mutants: bool = True, specs: tuple[str, ...] = ()) -> Backend:

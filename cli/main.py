@@ -65,7 +65,7 @@ def _workers(text: str) -> int | str:
 
 
 def _cmd_fuzz(a) -> int:
-    from backends.registry import listing, listings
+    from backends.registry import listings
     from campaign.engine import CampaignConfig, run_campaign
     from campaign.store import StoreError
     from fuzz.strategies import LimitsError, limits_from_json
@@ -76,14 +76,11 @@ def _cmd_fuzz(a) -> int:
         limits_from_json(a.limits)  # checked here: one line naming the key; workers rebuild it from the JSON
     except LimitsError as e:
         raise UsageError(str(e)) from None
-    specs = tuple(a.backend_spec)
-    if a.backend:  # asked of the named backends alone: every backend's check costs the CLI 1.5 s (backends.registry.get)
-        names = a.backend
-        unknown = [n for n in names if (x := listing(n, a.mutants, specs)) is None or not x.available]
-    else:
-        names = [x.backend.name for x in listings(include_mutants=a.mutants, specs=specs)
-                 if x.available and (not x.backend.name.startswith("mutant-") or a.mutants)]
-        unknown = []
+    # asked of the named backends alone: every backend's check costs the CLI 1.5 s (backends.registry.get)
+    available = [x.backend.name for x in listings(include_mutants=a.mutants, specs=tuple(a.backend_spec),
+                                                  names=a.backend or None) if x.available]
+    names = a.backend or [n for n in available if not n.startswith("mutant-") or a.mutants]
+    unknown = [n for n in names if n not in available]
     if unknown:
         raise UsageError(f"--backend: not available here: {', '.join(unknown)} (see `attnref backends`)")
     if a.examples is not None and a.examples < 1:

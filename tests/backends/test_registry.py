@@ -82,16 +82,15 @@ class Asked(Backend):
         return None
 
 
-def test_get_asks_no_backend_whether_it_is_available_and_a_listing_asks_one():
+def test_get_asks_no_backend_whether_it_is_available_and_a_named_listing_asks_those_named():
     """Every backend's check costs a process 1.5 s (torch's varlen check imports torch._dynamo): a worker's get() and
     `attnref fuzz --backend B` ask none, or B alone."""
-    from backends.registry import listing
-
     spec = ("tests.backends.test_registry:Asked",)
     Asked.checks = 0
     assert get("counts-its-checks", specs=spec).name == "counts-its-checks" and Asked.checks == 0
-    assert listing("counts-its-checks", specs=spec).available and Asked.checks == 1
-    assert listing("no-such-backend", specs=spec) is None and listing("mutant-lse-base2") is None
+    (asked,) = listings(specs=spec, names=["counts-its-checks"])
+    assert asked.available and Asked.checks == 1
+    assert listings(specs=spec, names=["no-such-backend"]) == [] and listings(names=["mutant-lse-base2"]) == []
     code = ("import sys; from backends.registry import get; get('torch-sdpa-math'); "
             "print('torch._dynamo' in sys.modules)")
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
