@@ -46,7 +46,9 @@ def test_every_layout_gives_the_same_attention(case, data):
     kvd = spec.quant.kv_cache_dtype
     choices = [l for l in r.KVLayout if not kvd.is_int8 or l == r.KVLayout.FLASH_HND]
     x = 16 // (1 if kvd.is_one_byte else case.dtype.torch.itemsize)
-    choices = [l for l in choices if l != r.KVLayout.PAGED_V0 or (case.head_size % x == 0 and case.value_size == case.head_size)]
+    # paged_v0 packs x elements of a head per 16 bytes, and never an int4 cache's two codes per byte (Case validation)
+    v0 = case.head_size % x == 0 and case.value_size == case.head_size and kvd != r.KVCacheDType.INT4_PER_TOKEN_HEAD
+    choices = [l for l in choices if l != r.KVLayout.PAGED_V0 or v0]
     packed = (r.KVLayout.VLLM_NHD, r.KVLayout.VLLM_HND)  # one 2 * head_size last dimension for K and V
     choices = [l for l in choices if l not in packed or (case.value_size == case.head_size
                                                          and kvd != r.KVCacheDType.INT8_K_FP16_V)]
