@@ -291,7 +291,7 @@ class Unsupported(Exception):
     """Raised by run() when the library itself refuses a case the declaration admitted."""
 
 
-# What Backend.jit_shape_per may name (fields of fuzz.strategies.Limits): (num_heads, num_kv_heads), the paged cache's
+# What Backend.jit_shape_per may name (fields of fuzz.limits.Limits): (num_heads, num_kv_heads), the paged cache's
 # block size, the sliding window's W, the soft-cap's value, the attention type, the cache layout, the encodings' values
 JIT_SHAPE_FIELDS = ("heads", "block_sizes", "windows", "soft_caps", "attn_types", "kv_layouts", "encodings")
 

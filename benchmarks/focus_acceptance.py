@@ -1,5 +1,5 @@
 """How many of a focused shard's draws are of its compile key: a campaign focuses two of every three shards of a JIT
-backend on one key a worker has loaded (campaign.scheduler), drawing from `fuzz.strategies.key_limits` and keeping
+backend on one key a worker has loaded (campaign.scheduler), drawing from `fuzz.compile_keys.key_limits` and keeping
 the cases of that key; a draw of another key is generation time spent for no row.
 
 For each backend, a sample of its declared keys (every k-th), `--draws` generated cases each (hypothesis, generate

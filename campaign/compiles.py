@@ -1,7 +1,7 @@
 """JIT compiles off the critical path: a backlog of deferred cases per module.
 
 A JIT backend (FA4, FlashInfer, vLLM's Triton kernels, compiled flex) builds one module per compile key
-(`fuzz.strategies.compile_key`: dtype, head size, kv dtype, keyed features). Built once, a key's module is cheap for
+(`fuzz.compile_keys.compile_key`: dtype, head size, kv dtype, keyed features). Built once, a key's module is cheap for
 every worker (FA4's and FlashInfer's modules and Triton's / inductor's kernels are kept on disk:
 campaign/caches.py); building it takes seconds to minutes. Measured on an H100 (benchmarks/results/campaigns/
 compile-budget-flashinfer-h100-2026-11-25.md): FlashInfer untold from a cold cache, 211 s, gave 1,471 rows with

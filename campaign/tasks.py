@@ -90,7 +90,7 @@ class WorkerConfig:
     """What every worker needs to know, whoever starts it (local pool or Ray)."""
 
     seed: int = 0  # the campaign's --seed: with backend and shard, fixes every drawn case
-    limits: dict = field(default_factory=dict)  # fuzz.strategies.Limits fields
+    limits: dict = field(default_factory=dict)  # fuzz.limits.Limits fields
     specs: tuple[str, ...] = ()  # --backend-spec modules to load
     threads: int = 1  # torch CPU threads per worker
     oracle_cpu_max: int = 1 << 16  # score elements up to which the oracle runs on the CPU (see fuzz.compare)

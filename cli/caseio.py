@@ -2,7 +2,7 @@
 
 Types, enums and required fields are checked by pydantic against the Case dataclasses themselves
 (so the schema is generated from the model, never written twice); the semantics (lengths, head
-ratios, layouts) by `reference.case.validate`. Any error is one line naming the file, the field and
+ratios, layouts) by `reference.validation.validate`. Any error is one line naming the file, the field and
 what is allowed.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ def parse_case(data: object, where: str = "case") -> Case:
             err = e.errors()[0]
             loc = ".".join(str(x) for x in err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
-            if not loc:  # a semantic check of reference.case.validate: its message names the field
+            if not loc:  # a semantic check of reference.validation.validate: its message names the field
                 raise UsageError(f"{where}: {msg}") from None
             raise UsageError(f"{where}: Case.{loc}={err.get('input')!r}: {msg}") from None
     try:

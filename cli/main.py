@@ -292,7 +292,7 @@ def parser() -> argparse.ArgumentParser:
                    help="run every worker's tasks and the driver under cProfile, statistics in DIR (worker-PID.prof, "
                         "driver.prof; `python benchmarks/worker_profile.py DIR` tabulates them); slows the campaign")
     f.add_argument("--mutants", action="store_true", help="allow mutant-* backends")
-    f.add_argument("--limits", default="{}", help="JSON of fuzz.strategies.Limits: sizes, and a focus "
+    f.add_argument("--limits", default="{}", help="JSON of fuzz.limits.Limits: sizes, and a focus "
                    'for JIT-compiled kernels, e.g. \'{"dtypes": ["bfloat16"], "head_sizes": [128]}\'')
     f.set_defaults(func=_cmd_fuzz)
 

@@ -8,8 +8,7 @@ non-unit and per-head scales, shuffled block tables with a null block.
 from __future__ import annotations
 
 import functools
-import itertools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 from hypothesis import reject
@@ -19,251 +18,24 @@ from backends.base import ALL_FEATURES, Capabilities, Feature
 from backends.spellings import sliding_window
 
 from .cached import BOOLEANS, NONE, either, integers, just, memo, or_none, pick
-from .sizes import TIER_WEIGHTS, TIERS, sequence_specs
+from .compile_keys import compile_key, compile_slices, declared_compile_keys, key_limits
+from .limits import Limits, LimitsError, focus_values, limits_from_json, warm_up
+from .sizes import TIER_WEIGHTS, sequence_specs
 from reference.scores import standard_alibi_slopes
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
                             CausalAlignment, GlobalPrefix,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
                             ValueDistribution, Values, kv_len)
 
-
-@dataclass(frozen=True)
-class Limits:
-    """Size bounds of drawn cases (keep them small: fuzzing wants many cases, not big ones)."""
-
-    max_sequences: int = 4
-    max_context: int = 80  # the small tier's keys (fuzz/sizes.py: tile and long tiers go further)
-    max_query: int = 24
-    max_kv_heads: int = 4
-    max_long_context: int = 16384  # the long tier's largest key count
-    tiers: tuple[str, ...] | None = None  # focus: e.g. ("small",) for JIT kernels or quick runs
-    # Focus (for JIT-compiled kernels, where every new dtype / head size / kv dtype is a compile):
-    # draw only these, intersected with the declaration (an empty intersection keeps the declaration).
-    dtypes: tuple[str, ...] | None = None
-    head_sizes: tuple[int, ...] | None = None
-    value_sizes: tuple[int, ...] | None = None  # where a backend takes a value head size of its own (head_size_v)
-    kv_cache_dtypes: tuple[str, ...] | None = None
-    attn_types: tuple[str, ...] | None = None  # e.g. ("kernel",): the raw-API region only
-    features: tuple[str, ...] | None = None  # draw only these of the declared features (the others stay off)
-    # draw these features in every case that admits them (a focused shard of one compile key: no rejected draws)
-    features_on: tuple[str, ...] | None = None
-    # Shape focus (a JIT that builds per shape, not only per compile key: fuzz.shapes pins one of each per shard):
-    heads: tuple[tuple[int, int], ...] | None = None  # (num_heads, num_kv_heads) pairs, within the declaration
-    block_sizes: tuple[int, ...] | None = None  # paged caches' block sizes, within the declaration
-    windows: tuple[int, ...] | None = None  # vLLM's sliding window W (and a kernel window's bounded sides) when drawn
-    soft_caps: tuple[float, ...] | None = None  # the soft-cap values, when one is drawn
-    kv_layouts: tuple[str, ...] | None = None  # paged caches' layouts, where the drawn dtype and heads allow them
-    encodings: tuple[tuple[str, str], ...] | None = None  # (encoding, value) pairs: those encodings draw these values
-
-    def __post_init__(self) -> None:
-        # Limits(**json) gets lists: tuples keep it hashable (fuzz.cached builds one strategy per Limits, an unhashable
-        # one builds afresh at every draw) and a [num_heads, num_kv_heads] or [encoding, value] pair equal to the drawn
-        for name, value in vars(self).items():
-            if isinstance(value, list):
-                object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
+# Limits (fuzz.limits) and compile keys (fuzz.compile_keys) have modules of their own; callers import them from here
+__all__ = ["Limits", "LimitsError", "focus_values", "limits_from_json", "warm_up", "compile_key", "compile_slices",
+           "declared_compile_keys", "key_limits", "ORACLE_CAPS", "GQA_RATIOS", "SOFT_CAPS", "TILE_EDGES", "BEYOND",
+           "EDGE_ABOVE_KEYS", "SHARP_LOGITS", "window_boundary", "window_sizes", "head_pairs", "heads", "shared_prefix",
+           "cache_specs", "block_sparse_params", "vllm_mask_rules", "focused_spellings", "cases"]
 
 
 EDGE_ABOVE_KEYS = 128  # the EDGE value class is drawn only for cases with a sequence of more keys than this
 SHARP_LOGITS = 8.0  # ... or, half the time, from this logit scale on, whatever the length
-
-
-def warm_up(limits: Limits) -> Limits:
-    """The limits of a campaign's warm-up shard: the small tier only, unless the limits already focus tiers."""
-    return limits if limits.tiers is not None else replace(limits, tiers=("small",))
-
-
-class LimitsError(ValueError):
-    """A --limits value outside what Limits takes; the message names the key and what is allowed."""
-
-
-def limits_from_json(text: str) -> Limits:
-    """Limits from the JSON of --limits, every key and value checked (one-line errors)."""
-    import json
-    from dataclasses import fields
-
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LimitsError(f"--limits: not JSON ({e.msg} at line {e.lineno} column {e.colno}); "
-                          f"e.g. '{{\"max_context\": 200}}'") from None
-    if not isinstance(data, dict):
-        raise LimitsError(f"--limits: a JSON object of Limits fields, got {type(data).__name__}")
-    known = {f.name: f for f in fields(Limits)}
-    for key, value in data.items():
-        if key not in known:
-            raise LimitsError(f"--limits: unknown key {key!r}; allowed: {', '.join(sorted(known))}")
-        allowed = _LIMIT_VALUES.get(key)
-        if allowed is None:  # a size bound
-            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key.startswith("min") else 1):
-                raise LimitsError(f"--limits: {key}={value!r}: an integer >= {0 if key.startswith('min') else 1}")
-            continue
-        if not isinstance(value, list) or not value:
-            raise LimitsError(f"--limits: {key}={value!r}: a non-empty list, e.g. {allowed[:2]}")
-        sized = key in ("head_sizes", "value_sizes", "block_sizes", "windows")
-        if key == "soft_caps":
-            bad = [v for v in value if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0]
-            what = "numbers > 0"
-            value = value if bad else [float(v) for v in value]
-        elif key == "encodings":
-            bad = [v for v in value if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v))]
-            what = "[encoding, value] pairs of strings (`attnref backends -v` lists each backend's encodings)"
-        elif key == "heads":
-            bad = [v for v in value if not (isinstance(v, list) and len(v) == 2 and all(_positive(x) for x in v)
-                                            and v[0] % v[1] == 0)]
-            what = "[num_heads, num_kv_heads] pairs of integers >= 1, num_heads a multiple of num_kv_heads"
-        elif sized:
-            bad, what = [v for v in value if not _positive(v)], "integers >= 1"
-        else:
-            bad, what = [v for v in value if v not in allowed], f"values from {allowed}"
-        if bad:
-            raise LimitsError(f"--limits: {key} has {bad[0]!r}; allowed: {what}")
-        data[key] = value  # Limits makes lists (and [a, b] pairs) tuples
-    return Limits(**data)
-
-
-_LIMIT_VALUES = {"dtypes": [d.value for d in DType], "kv_cache_dtypes": [k.value for k in KVCacheDType],
-                 "features": sorted(f.value for f in Feature), "features_on": sorted(f.value for f in Feature),
-                 "attn_types": [t.value for t in AttentionType], "head_sizes": [], "value_sizes": [],
-                 "tiers": list(TIERS), "heads": [], "block_sizes": [], "windows": [], "soft_caps": [],
-                 "kv_layouts": [x.value for x in KVLayout], "encodings": []}
-
-
-def _positive(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
-def focus_values(declared, wanted, key=lambda x: x):
-    """Sorted declared values, narrowed to `wanted` when that leaves any."""
-    declared = sorted(declared, key=key)
-    if wanted is None:
-        return declared
-    narrowed = [x for x in declared if key(x) in set(wanted)]
-    return narrowed or declared
-
-
-# The Limits focus fields a compile slice fixes: (the declared values, their focus key).
-_SLICE_FIELDS = {"dtypes": (lambda c: c.dtypes, lambda d: d.value), "head_sizes": (lambda c: c.head_sizes, int),
-                 "kv_cache_dtypes": (lambda c: c.kv_cache_dtypes if c.kv_layouts else (), lambda k: k.value)}
-
-
-def compile_slices(caps: Capabilities, limits: Limits, per: tuple[str, ...],
-                   features: tuple[Feature, ...] = ()) -> list[Limits]:
-    """`limits` narrowed to each combination of the focus fields `per` (one value each, within the focus)
-    and of the compile-keyed `features` (each allowed or off): a JIT backend's compile slices
-    (Backend.compiled_per, Backend.compiled_features). Neither: [limits]. The order is fixed and covering
-    first (_covering_first): a campaign that builds only a few modules still draws every declared value."""
-    names, axes = [], []
-    for name in per:
-        declared, key = _SLICE_FIELDS[name]
-        values = [key(v) for v in focus_values(declared(caps), getattr(limits, name), key)]
-        if values:
-            names.append(name)
-            axes.append(values)
-    drawn = {f for f in caps.features if limits.features is None or f.value in limits.features}
-    keyed = sorted((f for f in features if f in drawn), key=lambda f: f.value)
-    out: list[tuple[Limits, frozenset]] = []
-    for combo in itertools.product(*axes, *([False, True] for _ in keyed)):
-        fields = {n: (v,) for n, v in zip(names, combo)}
-        if "kv_cache_dtypes" in fields and "dtypes" in fields and \
-                not KVCacheDType(fields["kv_cache_dtypes"][0]).holds(DType(fields["dtypes"][0])):
-            continue  # a 16-bit cache holds the model's dtype only: nothing to draw
-        if "kv_cache_dtypes" in fields and "head_sizes" in fields and \
-                not KVCacheDType(fields["kv_cache_dtypes"][0]).holds_heads(fields["head_sizes"][0], fields["head_sizes"][0]):
-            continue  # int4's rotation takes powers of two only
-        if keyed:
-            allowed = {f for f, on in zip(keyed, combo[len(names):]) if on}
-            fields["features"] = tuple(sorted(f.value for f in drawn if f not in keyed or f in allowed))
-        out.append((replace(limits, **fields), frozenset(zip([*names, *keyed], combo))))
-    return _covering_first(out)
-
-
-def _covering_first(slices: list[tuple[Limits, frozenset]]) -> list[Limits]:
-    """Greedy set cover, then the rest in product order: each next slice is the earliest one that adds the
-    most (field, value) pairs no slice before it has. In product order the first 16 of flashinfer-prefill-fa3's
-    288 slices were all bfloat16 / head 64 / 16-bit cache; covering first, its first 3 draw every value."""
-    ordered, seen, rest = [], set(), list(slices)
-    while rest:
-        best = max(range(len(rest)), key=lambda i: (len(rest[i][1] - seen), -i))
-        if not rest[best][1] - seen:
-            break
-        seen |= rest[best][1]
-        ordered.append(rest.pop(best)[0])
-    return ordered + [s for s, _ in rest]
-
-
-def compile_key(case: Case, per: tuple[str, ...], features: tuple[Feature, ...] = ()) -> tuple:
-    """What a JIT backend compiles a new kernel for (Backend.compiled_per, compiled_features): the case's
-    value of each focus field in `per` and which keyed features it switches on. () for an AOT backend."""
-    if not per and not features:
-        return ()
-    values = {"dtypes": case.dtype.value, "head_sizes": (case.head_size, case.value_size),
-              "kv_cache_dtypes": case.kv_cache_dtype.value}
-    on = case.features()
-    return (*(values[name] for name in per), *(f.value for f in features if f.value in on))
-
-
-def key_limits(caps: Capabilities, limits: Limits, per: tuple[str, ...], features: tuple[Feature, ...],
-               key: list | tuple) -> Limits:
-    """`limits` narrowed towards one compile key (`compile_key`'s form, or its JSON list): the `per` fields fixed to
-    the key's values (the value head size too), the compile-keyed features the key does not switch on left out,
-    those it switches on drawn in every case, and the attention types that take them. Cases drawn within may still
-    miss the key (a window side left unbounded, a value size equal to the head size): callers filter on
-    `compile_key`."""
-    fields: dict[str, tuple] = {}
-    for name, value in zip(per, key):
-        fields[name] = (int(value[0]),) if name == "head_sizes" else (value,)
-        if name == "head_sizes":
-            fields["value_sizes"] = (int(value[1]),)
-    on = set(key[len(per):])
-    keyed = {f.value for f in features}
-    drawn = [f.value for f in caps.features if limits.features is None or f.value in limits.features]
-    fields["features"] = tuple(sorted(f for f in drawn if f not in keyed or f in on))
-    fields["features_on"] = tuple(sorted(on))
-    # attention types that take every feature the key switches on (a window is none of cross attention's, ALiBi
-    # only where the backend declares it)
-    types = set(caps.attn_types) if limits.attn_types is None else {t for t in caps.attn_types
-                                                                    if t.value in limits.attn_types}
-    if Feature.WINDOW.value in on:
-        types.discard(AttentionType.ENCODER_DECODER)
-    if Feature.ALIBI.value in on and caps.alibi_attn_types is not None:
-        types &= set(caps.alibi_attn_types)
-    if types:
-        fields["attn_types"] = tuple(sorted(t.value for t in types))
-    return replace(limits, **fields)
-
-
-def declared_compile_keys(caps: Capabilities, limits: Limits, per: tuple[str, ...],
-                          features: tuple[Feature, ...] = ()) -> list[tuple]:
-    """Every compile key (`compile_key`'s form) the declaration admits within the focus: each declared dtype,
-    (head size, value size) pair the strategies draw, kv dtype that holds them, and subset of the compile-keyed
-    features. What a campaign should build over its course; the coverage map shows the ones it never drew."""
-    if not per and not features:
-        return []
-    dtypes = [d.value for d in focus_values(caps.dtypes, limits.dtypes, lambda d: d.value)]
-    heads = [int(h) for h in focus_values(caps.head_sizes, limits.head_sizes, int)]
-    drawn = {f for f in caps.features if limits.features is None or f.value in limits.features}
-    if caps.head_size_pairs is not None:
-        pairs = [p for p in caps.head_size_pairs if p[0] in heads] or list(caps.head_size_pairs)
-    elif Feature.HEAD_SIZE_V in drawn:  # head_size_v: none, or any declared size (where the focus draws it)
-        values = [int(v) for v in focus_values(caps.head_sizes, limits.value_sizes, int)]
-        pairs = sorted({(h, v) for h in heads for v in (h, *values)})
-    else:
-        pairs = [(h, h) for h in heads]
-    kvds = [k.value for k in focus_values(caps.kv_cache_dtypes, limits.kv_cache_dtypes, lambda k: k.value)] \
-        if caps.kv_layouts else ["auto"]
-    keyed = [f.value for f in features if f in drawn]
-    out = []
-    for dtype, (h, v), kvd in itertools.product(dtypes, pairs, kvds):
-        kv = KVCacheDType(kvd)
-        if not (kv.holds(DType(dtype)) and kv.holds_heads(h, v)):
-            continue
-        values = {"dtypes": dtype, "head_sizes": (h, v), "kv_cache_dtypes": kvd}
-        for on in itertools.product([False, True], repeat=len(keyed)):
-            chosen = [f for f, o in zip(keyed, on) if o]
-            if Feature.HEAD_SIZE_V.value in keyed and (Feature.HEAD_SIZE_V.value in chosen) != (v != h):
-                continue  # head_size_v is on exactly where the pair differs
-            out.append((*(values[name] for name in per), *chosen))
-    return sorted(set(out), key=repr)
 
 
 ORACLE_CAPS = Capabilities(
