@@ -92,10 +92,11 @@ def worker_seconds(record: dict) -> float:
 def task_time(record: dict) -> list[dict]:
     """Per backend, shares of the campaign's worker time (workers x span) by where its tasks' seconds went (the
     workers' `done` messages, compile_draws.json `time`): a generation task's parts (campaign.worker.SPENT: the strategy
-    and prefix, drawing the cases it evaluated, evaluating them, drawing cases that went to wait, draws that are not
-    examples, and hypothesis' own rest), the waiting cases' tasks, shrinks and replays, and tasks that never ended (a
-    worker died or was killed in it, or the campaign ended during it: a long JIT build); `outside` is what no task of
-    any backend held (the workers' start-up, and a worker idle between tasks)."""
+    and prefix, drawing the cases it evaluated, evaluating them, drawing cases that went to wait (`variant_draw`: those
+    of a key the worker had run, waiting for another of its modules), draws that are not examples, and hypothesis' own
+    rest), the waiting cases' tasks, shrinks and replays, and tasks that never ended (a worker died or was killed in
+    it, or the campaign ended during it: a long JIT build); `outside` is what no task of any backend held (the workers'
+    start-up, and a worker idle between tasks)."""
     total = worker_seconds(record)
     out = []
     for backend, t in sorted(record.get("time", {}).items()):

@@ -44,7 +44,10 @@ from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
 # Where a generation task's seconds go besides hypothesis' own start and end (`done` messages; compile_draws.json):
 # building its strategy and fixed prefix, drawing cases evaluated here, evaluating them (rows and messages), drawing
 # cases sent to wait for their module, and drawing cases that are not examples (repeats, the prefix, a resume's start).
-SPENT = ("setup_s", "draw_s", "evaluated_s", "deferred_draw_s", "skipped_draw_s")
+# `variant_draw_s` is the part of the waiting draws whose compile key this process has run already: they wait for a
+# module finer than the key (Backend.jit_variant: FlashInfer builds two modules of a windowless key, by how the case
+# spells an unbounded window), the draws a focus on loaded modules rather than loaded keys would spare.
+SPENT = ("setup_s", "draw_s", "evaluated_s", "deferred_draw_s", "variant_draw_s", "skipped_draw_s")
 
 # A generation task whose last STALL_DRAWS draws all waited for modules ends there (`done` says `stalled`; the scheduler
 # closes the shard): its further draws would mostly wait too, or be dropped behind a full backlog. On an H200, FA4's
@@ -379,7 +382,8 @@ class Worker:
             if waits_for is not None:  # the driver hands it out once the module is built (campaign.compiles)
                 self.send({"type": "deferred", "key": waits_for[0], "unit": waits_for[1], "case": case.to_json(),
                            **where})
-                spend("deferred_draw_s")
+                ran = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
+                spend("variant_draw_s" if ran in self._compiled else "deferred_draw_s")  # a key run here: a variant
                 state["waiting"] += 1
                 if state["waiting"] >= STALL_DRAWS:
                     state["stopped"] = self.stalled = True

@@ -359,6 +359,7 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
     record = json.loads((tmp_path / "out" / "compile_draws.json").read_text())
     spent = record["time"]["test-fake-jit"]
     assert spent["draw_s"] > 0 and spent["evaluated_s"] > 0 and spent["deferred_draw_s"] > 0, spent
+    assert spent["variant_draw_s"] == 0, spent  # one module per key: a key a worker has run is loaded there
     assert sum(spent[k] for k in SPENT) <= spent["generate_task_s"] + 1e-6 and spent["deferred_task_s"] > 0, spent
     (shares,) = task_time(record)
     assert 0 < shares["evaluated"] < shares["in tasks"] <= 100, shares
@@ -439,6 +440,8 @@ def test_every_first_call_of_a_variant_holds_a_slot_deferred_ones_too(tmp_path, 
     assert len(_builds(tmp_path, "loads.log")) >= 2, "fewer than two loads: the test would prove nothing"
     assert _most_at_once(firsts) <= 2, sorted(firsts)
     _waiting_cases_give_rows(rows, spent)
+    # one key, a module per attention type: once a worker has run the key, its waiting draws are for other modules
+    assert spent["variant_draw_s"] > 0, spent
 
 
 def test_loads_in_process_take_no_slot_while_builds_keep_theirs(tmp_path, monkeypatch):
