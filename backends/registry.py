@@ -96,10 +96,6 @@ def _plugins() -> list[Backend]:
     return out
 
 
-def plugin_backends() -> list[Listing]:
-    return [Listing(b, _availability(b)) for b in _plugins()]
-
-
 class _Broken(Backend):
     def __init__(self, name: str, reason: str) -> None:
         self.name, self.library, self.reason = name, "?", reason
