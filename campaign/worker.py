@@ -183,7 +183,7 @@ class Worker:
             return row, None
         # the beat carries the row's summary fields: a worker that dies or hangs in this case still leaves a
         # row the coverage map and the report can count (features, dtype, sizes)
-        key = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
+        key = self._run_key(backend, case)
         # a JIT compile may come first, of the key or of a finer variant (jit_variant): a longer timeout. On an H100
         # the 120-s example timeout killed 13 workers mid-build of such variants, each a false `timeout` row
         # (campaigns/jit-untold-h100-2026-11-26.md).
@@ -217,6 +217,11 @@ class Worker:
             if not failing:
                 row["known_fixed"] = True
         return row, evaluation
+
+    @staticmethod
+    def _run_key(backend, case: Case) -> tuple:
+        """(backend name, the case's compile key): what `_compiled` records of the keys this process has run."""
+        return backend.name, compile_key(case, backend.compiled_per, backend.compiled_features)
 
     @staticmethod
     def _known(name: str, case: Case, evaluation: Evaluation):
@@ -382,8 +387,8 @@ class Worker:
             if waits_for is not None:  # the driver hands it out once the module is built (campaign.compiles)
                 self.send({"type": "deferred", "key": waits_for[0], "unit": waits_for[1], "case": case.to_json(),
                            **where})
-                ran = (backend.name, compile_key(case, backend.compiled_per, backend.compiled_features))
-                spend("variant_draw_s" if ran in self._compiled else "deferred_draw_s")  # a key run here: a variant
+                # of a key this process has run: it waits for another module of that key (a variant)
+                spend("variant_draw_s" if self._run_key(backend, case) in self._compiled else "deferred_draw_s")
                 state["waiting"] += 1
                 if state["waiting"] >= STALL_DRAWS:
                     state["stopped"] = self.stalled = True
