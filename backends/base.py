@@ -293,7 +293,9 @@ class Unsupported(Exception):
 
 # What Backend.jit_shape_per may name (fields of fuzz.limits.Limits): (num_heads, num_kv_heads), the paged cache's
 # block size, the sliding window's W, the soft-cap's value, the attention type, the cache layout, the encodings' values
+# ("encodings": each declared encoding's; "encodings.NAME": encoding NAME's alone, the others drawn freely)
 JIT_SHAPE_FIELDS = ("heads", "block_sizes", "windows", "soft_caps", "attn_types", "kv_layouts", "encodings")
+ENCODING_PIN = "encodings."
 
 
 class Backend:

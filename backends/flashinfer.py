@@ -26,8 +26,8 @@ from reference.inputs import Inputs
 
 from . import spellings
 from ._convert import alibi_context_term, first_call_note, lse_natural
-from .base import (PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase, cuda_library_reason,
-                   poisoned_output)
+from .base import (ENCODING_PIN, PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, LseBase,
+                   cuda_library_reason, poisoned_output)
 
 LAYOUT = {KVLayout.FLASHINFER_NHD: "NHD", KVLayout.FLASHINFER_HND: "HND", KVLayout.FLASH_NHD: "NHD",
           KVLayout.FLASH_HND: "HND"}
@@ -111,6 +111,9 @@ class FlashInfer(Backend):
     compiled_per = ("dtypes", "head_sizes", "kv_cache_dtypes")  # an nvcc JIT module per combination
     compiled_features = (Feature.ALIBI, Feature.SINKS, Feature.SOFT_CAP, Feature.WINDOW)  # posenc, swa, logits cap
     loads_in_process = LOADS_IN_PROCESS
+    # Which module a windowless case needs follows its unbounded window's spelling (jit_variant: use_swa): each
+    # focused shard draws one spelling, so its cases need one module; the shards together draw every spelling.
+    jit_shape_per = (ENCODING_PIN + spellings.UNBOUNDED_WINDOW,)
 
     def __init__(self, name: str, kind: str, option: str) -> None:
         self.name, self.kind, self.option = name, kind, option

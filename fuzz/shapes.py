@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from backends.base import JIT_SHAPE_FIELDS, Capabilities
+from backends.base import ENCODING_PIN, JIT_SHAPE_FIELDS, Capabilities
 
 from .strategies import SOFT_CAPS, TILE_EDGES, Limits, focus_values, focused_spellings, head_pairs
 
@@ -28,10 +28,15 @@ def pin_shape(caps: Capabilities, limits: Limits, per: tuple[str, ...], seed: in
     """`limits` with each field of `per` (backends.base.JIT_SHAPE_FIELDS) fixed to one value, the same for the same
     seed: heads to one (num_heads, num_kv_heads) pair, block_sizes to one declared block size, windows to one W of
     PINNED_WINDOWS, soft_caps to one cap of the drawn ones, attn_types to one type, kv_layouts to one declared
-    layout, encodings to one declared value of each encoding. Values the limits already narrow are chosen among those."""
-    unknown = set(per) - set(JIT_SHAPE_FIELDS)
+    layout, encodings to one declared value of each encoding ("encodings.NAME": of encoding NAME alone). Values the
+    limits already narrow are chosen among those."""
+    unknown = {f for f in per if f not in JIT_SHAPE_FIELDS and not f.startswith(ENCODING_PIN)}
     if unknown:
-        raise ValueError(f"jit_shape_per: {sorted(unknown)} not among {JIT_SHAPE_FIELDS}")
+        raise ValueError(f"jit_shape_per: {sorted(unknown)} not among {JIT_SHAPE_FIELDS} or {ENCODING_PIN}NAME")
+    declared = [name for name, _ in caps.encodings]
+    undeclared = sorted(set(_encoding_names(per, declared)) - set(declared))
+    if undeclared:
+        raise ValueError(f"jit_shape_per: encodings {undeclared} not among the declared ones {declared}")
     rng = random.Random(seed)
     fields: dict[str, tuple] = {}
     if "heads" in per:
@@ -49,10 +54,19 @@ def pin_shape(caps: Capabilities, limits: Limits, per: tuple[str, ...], seed: in
     if "kv_layouts" in per and caps.kv_layouts:
         layouts = [x.value for x in focus_values(caps.kv_layouts, limits.kv_layouts, key=lambda x: x.value)]
         fields["kv_layouts"] = (rng.choice(layouts),)
-    if "encodings" in per and caps.encodings:
-        fields["encodings"] = tuple((name, str(rng.choice(focused_spellings(name, values, limits.encodings))))
-                                    for name, values in caps.encodings)
+    pinned = _encoding_names(per, declared)
+    if pinned:  # the focus's other encodings kept as they are
+        fields["encodings"] = tuple(e for e in limits.encodings or () if e[0] not in pinned) + tuple(
+            (name, str(rng.choice(focused_spellings(name, values, limits.encodings))))
+            for name, values in caps.encodings if name in pinned)
     return replace(limits, **fields)
+
+
+def _encoding_names(per: tuple[str, ...], declared: list[str]) -> tuple[str, ...]:
+    """The encodings `per` pins: every declared one for "encodings", NAME for each "encodings.NAME"."""
+    if "encodings" in per:
+        return tuple(declared)
+    return tuple(f[len(ENCODING_PIN):] for f in per if f.startswith(ENCODING_PIN))
 
 
 def pins_text(limits: Limits, per: tuple[str, ...]) -> str:
@@ -70,6 +84,7 @@ def pins_text(limits: Limits, per: tuple[str, ...]) -> str:
         parts.append("type=" + ",".join(limits.attn_types))
     if "kv_layouts" in per and limits.kv_layouts:
         parts.append("layout=" + ",".join(limits.kv_layouts))
-    if "encodings" in per and limits.encodings:
-        parts.append(" ".join(f"{name}={value}" for name, value in limits.encodings))
+    names = _encoding_names(per, [name for name, _ in limits.encodings or ()])
+    if names:
+        parts.append(" ".join(f"{name}={value}" for name, value in limits.encodings if name in names))
     return " ".join(parts)

@@ -97,3 +97,32 @@ def test_shape_limits_are_checked_like_the_other_limits():
     # the workers rebuild Limits from the JSON's lists: hashable, its pairs equal to drawn ones
     rebuilt = Limits(**json.loads('{"heads": [[8, 2]], "dtypes": ["float16"]}'))
     assert rebuilt.heads == ((8, 2),) and rebuilt.dtypes == ("float16",) and hash(rebuilt)
+
+
+def test_an_encoding_pin_fixes_that_encoding_alone():
+    """"encodings.NAME" pins one declared encoding; the others are drawn as without pins, a focus's kept."""
+    caps = get("vllm-triton-unified").caps
+    focus = Limits(encodings=(("unbounded_window", "edge"),))
+    pins = [pin_shape(caps, focus, ("encodings.path",), s) for s in range(20)]
+    assert {dict(p.encodings)["path"] for p in pins} == {"2d", "3d"}
+    assert all(len(p.encodings) == 2 and dict(p.encodings)["unbounded_window"] == "edge" for p in pins)
+    assert pins_text(pins[0], ("encodings.path",)) == f"path={dict(pins[0].encodings)['path']}"
+    with pytest.raises(ValueError, match=r"encodings \['num_splits'\] not among the declared"):
+        pin_shape(caps, Limits(), ("encodings.num_splits",), 0)
+
+
+def test_a_flashinfer_focused_shard_of_a_windowless_key_needs_one_module():
+    """FlashInfer's module of a windowless case follows the spelling of its unbounded window (use_swa): a shard pinned
+    to one spelling draws the cases of one module, while its other encodings still vary."""
+    backend = get("flashinfer-prefill-fa2")
+    per, keyed = backend.compiled_per, backend.compiled_features
+    key = next(k for k in compile_keys(backend) if '"window"' not in k and '"alibi"' not in k)
+    variants, spelled = set(), set()
+    for seed in range(6):
+        limits = pin_shape(backend.caps, key_limits(backend.caps, Limits(), per, keyed, json.loads(key)),
+                           backend.jit_shape_per, seed)
+        drawn = [c for c in _draw(cases(backend.caps, limits), 20) if key_text(compile_key(c, per, keyed)) == key]
+        assert len({backend.jit_variant(c) for c in drawn}) == 1, (key, limits.encodings)
+        variants |= {backend.jit_variant(c) for c in drawn}
+        spelled |= {c.encoding("scale", "") for c in drawn}
+    assert len(variants) == 2 and spelled == {"passed", "omitted"}
