@@ -41,7 +41,8 @@ from reference.inputs import Inputs, KVCache, slots_for
 from . import spellings
 from .vllm_batch import common_metadata, from_runner_order, in_runner_order, runner_order
 from .vllm_layers_repro import cascade_prefix, whole
-from .base import PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, cuda_library_reason, poisoned_output
+from .base import (ENCODING_PIN, PTX_TANH_APPROX, Actual, Backend, Capabilities, Feature, cuda_library_reason,
+                   poisoned_output)
 from .flashinfer import LOADS_IN_PROCESS as FLASHINFER_LOADS_IN_PROCESS
 from .vllm import TritonUnified
 
@@ -404,6 +405,9 @@ class _FlashInferLayer(LayerBackend):
     it plans FlashInfer's decode and prefill modules for the parts the batch has: JIT builds of their own."""
 
     reorder_threshold = 1
+    # an unbounded window spelled None plans FlashInfer's modules without a window, one spelled as a number the
+    # windowed ones (jit_variant): each focused shard draws one spelling (as backends.flashinfer's)
+    jit_shape_per = (ENCODING_PIN + spellings.UNBOUNDED_WINDOW,)
     impl_quantizes_query = True  # its prefills' query (maybe_quant_query), on sm90
     jit_module_space = "vllm-flashinfer"  # the layer and the whole backend build the same modules
     loads_in_process = FLASHINFER_LOADS_IN_PROCESS  # FlashInfer's own modules (backends.flashinfer)

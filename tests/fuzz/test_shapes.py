@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from backends.base import JIT_SHAPE_FIELDS
 from backends.registry import get
+from backends.spellings import sliding_window
 from campaign.compiles import key_text
 from campaign.declarations import compile_keys
 from fuzz.shapes import PINNED_WINDOWS, pin_shape, pins_text
@@ -126,3 +127,20 @@ def test_a_flashinfer_focused_shard_of_a_windowless_key_needs_one_module():
         variants |= {backend.jit_variant(c) for c in drawn}
         spelled |= {c.encoding("scale", "") for c in drawn}
     assert len(variants) == 2 and spelled == {"passed", "omitted"}
+
+
+@pytest.mark.parametrize("name", ["vllm-backend-flashinfer", "vllm-layer-flashinfer"])
+def test_vllm_s_flashinfer_shards_draw_one_spelling_of_an_unbounded_window(name):
+    """vLLM's FLASHINFER plans the windowed modules for a window spelled as a number past the keys, the others for
+    None: a focused shard of a windowless key draws one of the two (where the declaration spells both)."""
+    backend = get(name)
+    per, keyed = backend.compiled_per, backend.compiled_features
+    key = next(k for k in compile_keys(backend) if '"window"' not in k)
+    windowed = set()
+    for seed in range(8):
+        limits = pin_shape(backend.caps, key_limits(backend.caps, Limits(), per, keyed, json.loads(key)),
+                           backend.jit_shape_per, seed)
+        drawn = [c for c in _draw(cases(backend.caps, limits), 12) if key_text(compile_key(c, per, keyed)) == key]
+        assert len({sliding_window(c) is None for c in drawn}) == 1, limits.encodings
+        windowed |= {sliding_window(c) is None for c in drawn}
+    assert windowed == {True, False}
