@@ -11,7 +11,9 @@ workers, and the keys whose drawn cases were deferred, rows or not).
 - after --after seconds, over workers x the rest of the campaign: JIT compile (rows' compile_s: first calls of a key
   in a process), evaluation (materialize, oracle, kernel, compare: the rest of the rows' time; the share of it in
   kernel calls over SLOW_CALL_S that were no first call, builds the variant does not name, printed beside), and the
-  remainder (hypothesis drawing, also the cases it deferred; messages; idle).
+  remainder (hypothesis drawing, also the cases it deferred; messages; idle);
+- generation tasks by the kind of shard they drew (campaign.tasks.Task.shard_kind): tasks, stalled ones, rows per
+  task, their share of worker time (each task's strategy, prefix and hypothesis start are paid per task).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from campaign.budget import inside, row_split  # noqa: E402
+from campaign.clock import SHARD_PREFIX  # noqa: E402
 from campaign.worker import SPENT  # noqa: E402
 from fuzz.verdicts import Verdict  # noqa: E402
 
@@ -114,6 +117,22 @@ def task_time(record: dict) -> list[dict]:
     return out
 
 
+def shard_time(record: dict) -> list[dict]:
+    """Per backend and kind of shard (campaign.tasks.Task.shard_kind), its generation tasks: how many, how many ended
+    stalled (every one of their last STALL_DRAWS draws waited), their rows, rows per task and % of the campaign's
+    worker time (records of trees before the split have none)."""
+    total = worker_seconds(record)
+    out = []
+    for backend, t in sorted(record.get("time", {}).items()):
+        kinds = sorted({k[len(SHARD_PREFIX):].rsplit(":", 1)[0] for k in t if k.startswith(SHARD_PREFIX)})
+        for kind in kinds:
+            n = {field: t.get(f"{SHARD_PREFIX}{kind}:{field}", 0) for field in ("tasks", "stalled", "rows", "s")}
+            out.append({"backend": backend, "shard": kind, "tasks": n["tasks"], "stalled": n["stalled"],
+                        "rows": n["rows"], "rows per task": n["rows"] / max(n["tasks"], 1),
+                        "worker time": 100 * n["s"] / total})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("results")
@@ -153,6 +172,13 @@ def main(argv: list[str] | None = None) -> int:
             startup = 100 * record["startup_s"] / worker_seconds(record)
             split = f" (workers starting {startup:.1f} %, between tasks {max(0.0, outside - startup):.1f} %)"
         print(f"\noutside any task: {outside:.1f} %{split}")
+    shards = shard_time(record)
+    if shards:
+        print("\ngeneration tasks by the shard they drew\n")
+        print("| backend | shard | tasks | stalled | rows | rows per task | % of worker time |\n|---|---|---|---|---|---|---|")
+        for t in shards:
+            print(f"| {t['backend']} | {t['shard']} | {t['tasks']} | {t['stalled']} | {t['rows']} | "
+                  f"{t['rows per task']:.1f} | {t['worker time']:.1f} |")
     return 0
 
 

@@ -7,6 +7,10 @@ import time
 
 from .worker import SPENT
 
+# compile_draws.json `time` keys of generation tasks by the kind of shard they drew (campaign.tasks.Task.shard_kind):
+# "shard:KIND:tasks", ":stalled" (ended by STALL_DRAWS waiting draws), ":rows" and ":s" (the tasks' seconds)
+SHARD_PREFIX = "shard:"
+
 
 class WorkerClock:
     """The driver's account of worker time, fed by its events (start, ready, a task handed out, done, exit)."""
@@ -29,13 +33,19 @@ class WorkerClock:
         self._running[wid] = (backend, time.time())
 
     def done(self, wid: int, msg: dict) -> None:
-        """A finished task's seconds, as its worker timed them: per kind of task, and a generation task's parts."""
+        """A finished task's seconds, as its worker timed them: per kind of task, a generation task's parts, and per kind
+        of shard its tasks, stalled tasks, rows and seconds."""
         self._running.pop(wid, None)
         spent = self.spent.setdefault(msg["backend"], {"tasks": 0})
         spent["tasks"] += 1
         spent[f"{msg['kind']}_tasks"] = spent.get(f"{msg['kind']}_tasks", 0) + 1
         for part, seconds in [(f"{msg['kind']}_task_s", msg["task_s"]), *((k, msg[k]) for k in SPENT)]:
             spent[part] = spent.get(part, 0.0) + seconds
+        if "shard_kind" in msg:  # a generation task: what its shard drew, whether it stalled, its rows
+            for field, value in (("tasks", 1), ("stalled", int(bool(msg.get("stalled")))), ("rows", msg.get("rows", 0)),
+                                 ("s", msg["task_s"])):
+                name = f"{SHARD_PREFIX}{msg['shard_kind']}:{field}"
+                spent[name] = spent.get(name, 0) + value
 
     def gone(self, wid: int, now: float | None = None) -> None:
         """The worker exited, or the campaign ended with it still in a task: a task without its `done` (a death, a kill,

@@ -69,6 +69,18 @@ class Task:
                    slot_wait=float(d.get("slot_wait") or 0.0))
 
     @property
+    def shard_kind(self) -> str:
+        """What a GENERATE task's shard draws (campaign.scheduler): the warm-up, a tour of an undrawn key, a focused
+        shard with pins of its own or borrowed (`pins_of`), or the whole space."""
+        if self.shard == 0:
+            return "warm-up"
+        if self.tour:
+            return "tour"
+        if self.key:
+            return "focused, borrowed pins" if self.pins_of else "focused"
+        return "whole space"
+
+    @property
     def label(self) -> str:
         if self.kind == TaskKind.GENERATE:
             focus = f" of compile key {self.key}" if self.key else ""

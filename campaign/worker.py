@@ -128,6 +128,7 @@ class Worker:
         self.prefix_store = PrefixStore(root / PREFIXES_FOLDER)
         self.claims = CompileClaims(keys, config.slots_dir or keys / "slots", config.compile_slots)
         self.spent = dict.fromkeys(SPENT, 0.0)  # the running task's seconds by part (run)
+        self.rows = 0  # the running generation task's rows so far (run)
         self.profiler = TaskProfiler(config.profile_dir)
 
     # --- shared pieces --------------------------------------------------------------------------
@@ -275,7 +276,7 @@ class Worker:
         exhausted = self.stalled = False
         self.builds = task.builds
         started = time.perf_counter()
-        self.spent = dict.fromkeys(SPENT, 0.0)
+        self.spent, self.rows = dict.fromkeys(SPENT, 0.0), 0
         self.claims.slots = max(1, task.slots or self.config.compile_slots)  # the driver's budget as it stands now
         if task.kind == TaskKind.GENERATE:
             try:
@@ -292,8 +293,9 @@ class Worker:
             self._deferred(task, deadline)
         else:
             self._replay(task, deadline)
+        shard = {"shard_kind": task.shard_kind, "rows": self.rows} if task.kind == TaskKind.GENERATE else {}
         self.send({"type": "done", "exhausted": exhausted, "stalled": self.stalled, "backend": task.backend,
-                   "kind": task.kind.value, "task_s": time.perf_counter() - started, **self.spent})
+                   "kind": task.kind.value, "task_s": time.perf_counter() - started, **shard, **self.spent})
 
     # --- tasks ----------------------------------------------------------------------------------
     def _defers(self, backend, case: Case, built: frozenset[str],
@@ -406,6 +408,7 @@ class Worker:
                     row["shape_pins"] = self.pins[task.backend, task.pins_of or task.shard]
             sticky = self._marked_sticky(row)
             self.send({"type": "row", "row": row})
+            self.rows += 1
             spend("evaluated_s")  # the row's own parts and its message
             if sticky:
                 state["stopped"] = state["sticky"] = True  # hypothesis calls once more to report: a no-op

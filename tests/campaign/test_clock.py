@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import campaign.clock as clock_module
-from benchmarks.jit_campaign import task_time
+from benchmarks.jit_campaign import shard_time, task_time
 from campaign.clock import WorkerClock
 from campaign.worker import SPENT
 
@@ -44,3 +44,21 @@ def test_start_up_finished_and_unfinished_tasks_are_each_counted_once(now):
     (shares,) = task_time(record)
     assert shares["unfinished"] == pytest.approx(100 * 8.0 / 30.0)
     assert shares["in tasks"] == pytest.approx(100 * (2.5 + 8.0) / 30.0)
+
+
+def test_generation_tasks_are_counted_by_the_shard_they_drew(now):
+    """Short tasks cost their strategy, prefix and hypothesis' start each time: the split by shard says which kind of
+    shard ends early (stalled: every one of its last draws waited) and how many rows each gave."""
+    clock = WorkerClock()
+    parts = dict.fromkeys(SPENT, 0.0)
+    for kind, stalled, rows, seconds in (("focused", True, 0, 1.0), ("focused", False, 40, 3.0), ("tour", False, 2, 0.5)):
+        clock.done(0, {"backend": "jit", "kind": "generate", "task_s": seconds, "shard_kind": kind, "stalled": stalled,
+                       "rows": rows, **parts})
+    clock.done(0, {"backend": "jit", "kind": "deferred", "task_s": 9.0, **parts})  # not a shard's task
+    record = {"workers": 1, "started": 100.0, "ended": 110.0, "time": clock.spent}
+    assert task_time(record)[0]["in tasks"] == pytest.approx(100 * 13.5 / 10.0)  # the split's keys are none of these
+    assert shard_time(record) == [
+        {"backend": "jit", "shard": "focused", "tasks": 2, "stalled": 1, "rows": 40, "rows per task": 20.0,
+         "worker time": pytest.approx(40.0)},
+        {"backend": "jit", "shard": "tour", "tasks": 1, "stalled": 0, "rows": 2, "rows per task": 2.0,
+         "worker time": pytest.approx(5.0)}]

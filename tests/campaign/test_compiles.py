@@ -15,7 +15,7 @@ from campaign.engine import CampaignConfig, run_campaign
 from campaign.scheduler import Scheduler
 from campaign.tasks import TaskKind
 from campaign.worker import SPENT
-from benchmarks.jit_campaign import task_time
+from benchmarks.jit_campaign import shard_time, task_time
 from tests.campaign.fake_jit import COMPILE_S, VARIANT_COMPILE_S
 
 SPEC = ("tests.campaign.fake_jit:backends",)
@@ -363,6 +363,11 @@ def test_every_example_gets_one_row_and_some_waited_for_their_module(tmp_path, m
     assert sum(spent[k] for k in SPENT) <= spent["generate_task_s"] + 1e-6 and spent["deferred_task_s"] > 0, spent
     (shares,) = task_time(record)
     assert 0 < shares["evaluated"] < shares["in tasks"] <= 100, shares
+    # the generation tasks by the shard they drew: each task and each row of a case that did not wait counted once
+    shards = shard_time(record)
+    assert {t["shard"] for t in shards} <= {"warm-up", "tour", "focused", "focused, borrowed pins", "whole space"}
+    assert "warm-up" in {t["shard"] for t in shards} and sum(t["tasks"] for t in shards) == spent["generate_tasks"]
+    assert sum(t["rows"] for t in shards) == sum(1 for r in rows if not r.get("deferred")), shards
     # every key was built once, although all three workers drew the simplest case's key first
     builds = _builds(tmp_path)
     per_key = Counter(k for k, _, _ in builds)
