@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     shards = shard_time(record)
     if shards:
         print("\ngeneration tasks by the shard they drew\n")
-        print("| backend | shard | tasks | stalled | rows | rows per task | % of worker time |\n|---|---|---|---|---|---|---|")
+        print("| backend | shard | tasks | stalled | rows | rows per task | % of worker time |")
+        print("|---|---|---|---|---|---|---|")
         for t in shards:
             print(f"| {t['backend']} | {t['shard']} | {t['tasks']} | {t['stalled']} | {t['rows']} | "
                   f"{t['rows per task']:.1f} | {t['worker time']:.1f} |")

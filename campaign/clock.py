@@ -33,8 +33,8 @@ class WorkerClock:
         self._running[wid] = (backend, time.time())
 
     def done(self, wid: int, msg: dict) -> None:
-        """A finished task's seconds, as its worker timed them: per kind of task, a generation task's parts, and per kind
-        of shard its tasks, stalled tasks, rows and seconds."""
+        """A finished task's seconds, as its worker timed them: per kind of task, a generation task's parts, and per
+        kind of shard its tasks, stalled tasks, rows and seconds."""
         self._running.pop(wid, None)
         spent = self.spent.setdefault(msg["backend"], {"tasks": 0})
         spent["tasks"] += 1

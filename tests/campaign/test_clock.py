@@ -51,7 +51,8 @@ def test_generation_tasks_are_counted_by_the_shard_they_drew(now):
     shard ends early (stalled: every one of its last draws waited) and how many rows each gave."""
     clock = WorkerClock()
     parts = dict.fromkeys(SPENT, 0.0)
-    for kind, stalled, rows, seconds in (("focused", True, 0, 1.0), ("focused", False, 40, 3.0), ("tour", False, 2, 0.5)):
+    tasks = (("focused", True, 0, 1.0), ("focused", False, 40, 3.0), ("tour", False, 2, 0.5))
+    for kind, stalled, rows, seconds in tasks:
         clock.done(0, {"backend": "jit", "kind": "generate", "task_s": seconds, "shard_kind": kind, "stalled": stalled,
                        "rows": rows, **parts})
     clock.done(0, {"backend": "jit", "kind": "deferred", "task_s": 9.0, **parts})  # not a shard's task
