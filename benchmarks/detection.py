@@ -25,7 +25,8 @@ from backends.registry import listings  # noqa: E402
 from fuzz.compare import Verdict, evaluate  # noqa: E402
 from fuzz.ledger import known_for  # noqa: E402
 from campaign.scheduler import WARMUP_SHARD  # noqa: E402
-from fuzz.strategies import Limits, cases, limits_from_json, warm_up  # noqa: E402
+from fuzz.strategies import Limits, cases, limits_from_json  # noqa: E402
+from fuzz.warm_up import warm_up_cases  # noqa: E402
 
 
 class Killed(Exception):
@@ -63,7 +64,7 @@ def first_kill(backend, seed_value: int, budget: int, limits: Limits = Limits())
 
     warm = min(WARMUP_SHARD, budget)
     try:
-        phase(cases(backend.caps, warm_up(limits)), warm)
+        phase(warm_up_cases(backend.caps, limits), warm)
         if budget > warm:
             phase(cases(backend.caps, limits), budget - warm)
     except Killed as k:

@@ -28,7 +28,8 @@ from fuzz.judge import Verdict
 from fuzz.ledger import known_crash_for, known_for
 from fuzz.shapes import pin_shape, pins_text
 from fuzz.simplify import simplify
-from fuzz.strategies import Limits, cases, compile_key, compile_slices, key_limits, warm_up
+from fuzz.strategies import Limits, cases, compile_key, compile_slices, key_limits
+from fuzz.warm_up import warm_up_cases
 from reference.case import Case
 
 from .buckets import row_symptoms
@@ -143,7 +144,7 @@ class Worker:
 
     def _backend(self, name: str, shard: int, key: str = "", tour: bool = False, pins_of: int = 0):
         """(backend, strategy, fixed prefix) of `name` for `shard`, built once per process: shard 0 is the
-        warm-up (campaign.scheduler.WARMUP_SHARD), drawn from the small tier unless the limits name tiers;
+        warm-up (campaign.scheduler.WARMUP_SHARD: fuzz.warm_up, small cases, half with every feature on);
         a JIT backend's later shards draw from their compile slice, or only cases of compile key `key` (a focused
         shard: campaign.scheduler), of the shape pinned by the seed of shard `pins_of` where the scheduler passes
         one (0: its own). A tour's few draws skip the prefix (about 1 s per strategy): it draws a key once."""
@@ -163,7 +164,8 @@ class Worker:
                     self.pins[name, source] = pins_text(narrowed, backend.jit_shape_per)
                 strategy = cases(backend.caps, narrowed).filter(lambda c: key_text(compile_key(c, per, keyed)) == key)
             else:
-                strategy = cases(backend.caps, warm_up(self.limits) if shard == 0 else slices[which])
+                strategy = (warm_up_cases(backend.caps, self.limits) if shard == 0
+                            else cases(backend.caps, slices[which]))
             self._strategies[name, which] = strategy
         strategy = self._strategies[name, which]
         # the shard that first draws a shape (and the warm-up) evaluates its simplest cases; the shards that borrow its
