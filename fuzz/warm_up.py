@@ -5,7 +5,7 @@ simplest case first, then, in the first tenth of its budget, the simplest comple
 first choice is the branch, so the second case is the simplest one with every feature on (window, soft-cap, sinks,
 ALiBi, ...), and a defect on any feature's path shows by the second example. With plain small cases alone, the second
 case was the simplest one of another attention type, and a feature's defect waited for the random draws: on the 2-core
-CPU, the planted window and soft-cap bugs took 8 examples (0.18-0.29 s) and 2 (0.02 s) with the branch
+CPU, the planted window and soft-cap bugs took 8 examples (0.15-0.24 s) without the branch and 2 (0.01-0.02 s) with it
 (benchmarks/results/detection/cpu-warm-up-features-on-2026-11-28.md).
 """
 from __future__ import annotations
