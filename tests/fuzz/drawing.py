@@ -1,9 +1,23 @@
 """Derandomized draws of a declaration: the same cases on every run and machine, for tests that assert on them."""
 from __future__ import annotations
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from fuzz.strategies import Limits, cases
+
+
+def drawn(strategy, n: int, seed_value: int | None = None) -> list:
+    """The first `n` values hypothesis draws from `strategy`: derandomized, or seeded with `seed_value`."""
+    out = []
+
+    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate],
+              database=None, derandomize=seed_value is None)
+    @given(strategy)
+    def collect(value):
+        out.append(value)
+
+    (collect if seed_value is None else seed(seed_value)(collect))()
+    return out
 
 
 def derandomized(caps, limits: Limits, n: int) -> list:

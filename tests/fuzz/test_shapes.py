@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
 
 from backends.base import JIT_SHAPE_FIELDS
 from backends.registry import get
@@ -15,20 +14,7 @@ from campaign.compiles import key_text
 from campaign.declarations import compile_keys
 from fuzz.shapes import PINNED_WINDOWS, pin_shape, pins_text
 from fuzz.strategies import SOFT_CAPS, Limits, LimitsError, cases, compile_key, head_pairs, key_limits, limits_from_json
-from tests.fuzz.drawing import derandomized
-
-
-def _draw(strategy, n: int) -> list:
-    drawn = []
-
-    @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate], derandomize=True,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def draw(case):
-        drawn.append(case)
-
-    draw()
-    return drawn
+from tests.fuzz.drawing import derandomized, drawn as _draw
 
 
 def test_pins_are_declared_values_fixed_by_the_seed_and_vary_across_seeds():

@@ -2,44 +2,29 @@
 defect on a feature's path shows within its first examples (benchmarks/detection.py measures it)."""
 from __future__ import annotations
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
-
 from backends.naive import NaivePaged, mutants
 from benchmarks.detection import first_kill
 from fuzz.limits import Limits
-from reference.case import kv_len
 from fuzz.warm_up import warm_up_cases
-
-
-def _drawn(strategy, n: int, seed_value: int = 0) -> list:
-    out = []
-
-    @seed(seed_value)
-    @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def draw(case):
-        out.append(case)
-
-    draw()
-    return out
+from reference.case import kv_len
+from tests.fuzz.drawing import drawn
 
 
 def test_half_the_warm_up_has_every_feature_on_and_all_of_it_is_small():
     caps = NaivePaged().caps
-    drawn = [c for s in range(3) for c in _drawn(warm_up_cases(caps), 20, s)]
-    rich = [c for c in drawn if c.soft_cap is not None and c.sinks is not None and (c.sliding_window or c.window)]
-    plain = [c for c in drawn if c.soft_cap is None and c.sinks is None and c.alibi is None]
-    assert len(rich) >= len(drawn) // 4 and plain, (len(rich), len(plain), len(drawn))
+    cases = [c for s in range(3) for c in drawn(warm_up_cases(caps), 20, s)]
+    rich = [c for c in cases if c.soft_cap is not None and c.sinks is not None and (c.sliding_window or c.window)]
+    plain = [c for c in cases if c.soft_cap is None and c.sinks is None and c.alibi is None]
+    assert len(rich) >= len(cases) // 4 and plain, (len(rich), len(plain), len(cases))
     # every feature the case's attention type admits is on in those
     assert any(c.alibi is not None and (c.sliding_window or c.window) for c in rich)
     small = Limits().max_context + Limits().max_query  # the small tier's most keys
-    assert max(kv_len(c.attn_type, s) for c in drawn for s in c.sequences) <= small
+    assert max(kv_len(c.attn_type, s) for c in cases for s in c.sequences) <= small
 
 
 def test_a_focus_s_features_stay_the_only_ones_drawn():
-    drawn = _drawn(warm_up_cases(NaivePaged().caps, Limits(features=("gqa", "paged"))), 30)
-    assert not any(c.soft_cap or c.sinks or c.alibi or c.sliding_window or c.window for c in drawn)
+    cases = drawn(warm_up_cases(NaivePaged().caps, Limits(features=("gqa", "paged"))), 30, 0)
+    assert not any(c.soft_cap or c.sinks or c.alibi or c.sliding_window or c.window for c in cases)
 
 
 def test_a_feature_s_planted_bug_dies_within_the_first_examples():
