@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from campaign.budget import inside, row_split  # noqa: E402
-from campaign.clock import SHARD_PREFIX  # noqa: E402
+from campaign.clock import by_shard  # noqa: E402
 from campaign.worker import SPENT  # noqa: E402
 from fuzz.verdicts import Verdict  # noqa: E402
 
@@ -124,9 +124,7 @@ def shard_time(record: dict) -> list[dict]:
     total = worker_seconds(record)
     out = []
     for backend, t in sorted(record.get("time", {}).items()):
-        kinds = sorted({k[len(SHARD_PREFIX):].rsplit(":", 1)[0] for k in t if k.startswith(SHARD_PREFIX)})
-        for kind in kinds:
-            n = {field: t.get(f"{SHARD_PREFIX}{kind}:{field}", 0) for field in ("tasks", "stalled", "rows", "s")}
+        for kind, n in by_shard(t).items():
             out.append({"backend": backend, "shard": kind, "tasks": n["tasks"], "stalled": n["stalled"],
                         "rows": n["rows"], "rows per task": n["rows"] / max(n["tasks"], 1),
                         "worker time": 100 * n["s"] / total})

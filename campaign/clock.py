@@ -8,8 +8,16 @@ import time
 from .worker import SPENT
 
 # compile_draws.json `time` keys of generation tasks by the kind of shard they drew (campaign.tasks.Task.shard_kind):
-# "shard:KIND:tasks", ":stalled" (ended by STALL_DRAWS waiting draws), ":rows" and ":s" (the tasks' seconds)
+# "shard:KIND:tasks", ":stalled" (ended by STALL_DRAWS waiting draws), ":rows" and ":s" (the tasks' seconds); flat, so
+# the seconds by part stay a dict of numbers
 SHARD_PREFIX = "shard:"
+SHARD_FIELDS = ("tasks", "stalled", "rows", "s")
+
+
+def by_shard(spent: dict) -> dict[str, dict[str, float]]:
+    """One backend's `time` entry (WorkerClock.spent) read back per kind of shard: {kind: {field: count or seconds}}."""
+    kinds = sorted({k[len(SHARD_PREFIX):].rsplit(":", 1)[0] for k in spent if k.startswith(SHARD_PREFIX)})
+    return {kind: {f: spent.get(f"{SHARD_PREFIX}{kind}:{f}", 0) for f in SHARD_FIELDS} for kind in kinds}
 
 
 class WorkerClock:
@@ -42,8 +50,8 @@ class WorkerClock:
         for part, seconds in [(f"{msg['kind']}_task_s", msg["task_s"]), *((k, msg[k]) for k in SPENT)]:
             spent[part] = spent.get(part, 0.0) + seconds
         if "shard_kind" in msg:  # a generation task: what its shard drew, whether it stalled, its rows
-            for field, value in (("tasks", 1), ("stalled", int(bool(msg.get("stalled")))), ("rows", msg.get("rows", 0)),
-                                 ("s", msg["task_s"])):
+            values = (1, int(bool(msg.get("stalled"))), msg.get("rows", 0), msg["task_s"])
+            for field, value in zip(SHARD_FIELDS, values):
                 name = f"{SHARD_PREFIX}{msg['shard_kind']}:{field}"
                 spent[name] = spent.get(name, 0) + value
 
