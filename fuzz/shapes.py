@@ -34,7 +34,8 @@ def pin_shape(caps: Capabilities, limits: Limits, per: tuple[str, ...], seed: in
     if unknown:
         raise ValueError(f"jit_shape_per: {sorted(unknown)} not among {JIT_SHAPE_FIELDS} or {ENCODING_PIN}NAME")
     declared = [name for name, _ in caps.encodings]
-    undeclared = sorted(set(_encoding_names(per, declared)) - set(declared))
+    pinned = _encoding_names(per, declared)
+    undeclared = sorted(set(pinned) - set(declared))
     if undeclared:
         raise ValueError(f"jit_shape_per: encodings {undeclared} not among the declared ones {declared}")
     rng = random.Random(seed)
@@ -54,7 +55,6 @@ def pin_shape(caps: Capabilities, limits: Limits, per: tuple[str, ...], seed: in
     if "kv_layouts" in per and caps.kv_layouts:
         layouts = [x.value for x in focus_values(caps.kv_layouts, limits.kv_layouts, key=lambda x: x.value)]
         fields["kv_layouts"] = (rng.choice(layouts),)
-    pinned = _encoding_names(per, declared)
     if pinned:  # the focus's other encodings kept as they are
         fields["encodings"] = tuple(e for e in limits.encodings or () if e[0] not in pinned) + tuple(
             (name, str(rng.choice(focused_spellings(name, values, limits.encodings))))
