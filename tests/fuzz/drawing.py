@@ -22,16 +22,7 @@ def drawn(strategy, n: int, seed_value: int | None = None) -> list:
 
 def derandomized(caps, limits: Limits, n: int) -> list:
     """The first `n` cases hypothesis draws from `caps` within `limits`, with a fixed seed."""
-    out = []
-
-    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate],
-              database=None, derandomize=True)
-    @given(cases(caps, limits))
-    def collect(case):
-        out.append(case)
-
-    collect()
-    return out
+    return drawn(cases(caps, limits), n)
 
 
 def twin_verdicts(caps, todo: list, bug=None) -> list[str]:
