@@ -24,6 +24,7 @@ from backends.naive import NaivePaged, mutants  # noqa: E402
 from backends.registry import listings  # noqa: E402
 from fuzz.compare import Verdict, evaluate  # noqa: E402
 from fuzz.ledger import known_for  # noqa: E402
+from campaign.allocator import keep_freed_memory  # noqa: E402
 from campaign.scheduler import WARMUP_SHARD  # noqa: E402
 from fuzz.strategies import Limits, cases, limits_from_json  # noqa: E402
 from fuzz.warm_up import warm_up_cases  # noqa: E402
@@ -78,11 +79,14 @@ def main() -> int:
     p.add_argument("--budget", type=int, default=300)
     p.add_argument("--correct", action="append", help="correct backends to check for false alarms")
     p.add_argument("--limits", default="{}", help='as attnref fuzz --limits, e.g. \'{"tiers": ["small"]}\'')
+    p.add_argument("--default-malloc", action="store_true",
+                   help="glibc's malloc defaults, not a campaign worker's kept freed memory (campaign.allocator)")
     a = p.parse_args()
+    malloc = "glibc's defaults" if a.default_malloc else keep_freed_memory()  # as a campaign's worker
     limits = limits_from_json(a.limits)
     warnings.simplefilter("ignore")
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    print(f"# detection benchmark: {dev}, torch {torch.__version__}, seeds={a.seeds}, budget={a.budget}, limits={a.limits}")
+    print(f"# detection benchmark: {dev}, torch {torch.__version__}, seeds={a.seeds}, budget={a.budget}, limits={a.limits}; {malloc}")
     print("| mutant | killed | median examples | median seconds | first verdict |")
     print("|---|---|---|---|---|")
     medians = []

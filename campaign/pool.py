@@ -19,6 +19,7 @@ import threading
 import traceback
 from pathlib import Path
 
+from .allocator import keep_freed_memory
 from .tasks import Task, WorkerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,6 +182,7 @@ def serve(fd: int, config: WorkerConfig) -> int:
     import torch
 
     torch.set_num_threads(config.threads)
+    keep_freed_memory()  # each case's tensors from the heap the last one left (campaign.allocator)
     from .worker import StickyDeviceError, Worker, STICKY_EXIT
 
     out = os.fdopen(fd, "w", buffering=1 << 16)

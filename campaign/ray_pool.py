@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from .allocator import keep_freed_memory
 from .tasks import Task, WorkerConfig, cores
 from .worker import STICKY_EXIT
 
@@ -48,6 +49,7 @@ class _WorkerActor:
         warnings.simplefilter("ignore")
         cfg = WorkerConfig.from_dict(config)
         torch.set_num_threads(cfg.threads)
+        keep_freed_memory()  # as a local worker (campaign.allocator)
         self.wid, self.outbox = wid, outbox
         self.pending: list[dict] = []
         self.stop_flag = threading.Event()

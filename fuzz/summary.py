@@ -48,13 +48,14 @@ def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expecte
     case = inputs.case
     out = actual.output.detach().to(e.device).double()
     diff = (out - e).abs()
-    base = (baseline.output.double() - e).abs()
+    base_out, e_abs = baseline.output.double(), e.abs()  # each read twice below: one conversion, one pass
+    base = (base_out - e).abs()
     argmax = diff.flatten().argmax()
     zero = e.new_zeros(())
-    values = [expected.num_visible.min(), out.sum() + e.sum() + baseline.output.double().sum() + expected.lse.sum(),
-              base.max(), base.mean(), rounding_error(e, case.dtype.torch), e.abs().max(), expected.lse.abs().max(),
+    values = [expected.num_visible.min(), out.sum() + e.sum() + base_out.sum() + expected.lse.sum(),
+              base.max(), base.mean(), rounding_error(e, case.dtype.torch), e_abs.max(), expected.lse.abs().max(),
               zero if expected.logit_spread is None else expected.logit_spread, diff.max(), argmax, diff.mean(),
-              (diff / (e.abs() + 1e-6)).max(), (diff * diff).mean(), out.flatten() @ e.flatten(), out.norm(), e.norm(),
+              (diff / (e_abs + 1e-6)).max(), (diff * diff).mean(), out.flatten() @ e.flatten(), out.norm(), e.norm(),
               out.flatten().gather(0, argmax[None])[0], e.flatten().gather(0, argmax[None])[0]]  # (a tensor index reads)
     spill = None if actual.output_buffer is None else actual.output_buffer[actual.buffer_rows:]
     values.append(zero if spill is None else (~spill.isnan()).sum())
