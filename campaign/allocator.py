@@ -3,10 +3,13 @@
 An evaluation allocates a few hundred tensors and frees them all before the next case. glibc serves allocations over
 its mmap threshold (128 KiB, raised by each freed mapping up to 32 MiB) with fresh mappings, and trims the heap's free
 top past twice that: the next case's tensors of the same sizes then fault their pages in again, each page zeroed by
-the kernel. One small-tier case of torch-sdpa-math took about 500 minor page faults on the 2-core CPU box
-(benchmarks/allocator.py; benchmarks/results/throughput/allocator-cpu-2026-11-28.md). `keep_freed_memory` sets the
-mmap threshold to its largest value and the trim threshold high, so such tensors come from the heap the last case
-left; a worker holds at most TRIM_BYTES of free heap beyond its peak.
+the kernel. `keep_freed_memory` sets the mmap threshold to its largest value and the trim threshold high, so such
+tensors come from the heap the last case left; a worker holds at most TRIM_BYTES of free heap beyond its peak.
+
+Measured (benchmarks/allocator.py, benchmarks/results/throughput/allocator-cpu-h200-2026-11-28.md): on the 2-core CPU
+box a small-tier case of torch-sdpa-math took 366 minor page faults with glibc's defaults and 83 kept, in 0.92x the
+time; on an H200's host, campaigns of its GPU backends made 0.89-1.03x the examples/s, no gain. So a campaign sets it
+on a host without GPUs only (campaign.engine).
 """
 from __future__ import annotations
 

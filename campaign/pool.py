@@ -182,7 +182,8 @@ def serve(fd: int, config: WorkerConfig) -> int:
     import torch
 
     torch.set_num_threads(config.threads)
-    keep_freed_memory()  # each case's tensors from the heap the last one left (campaign.allocator)
+    if config.keep_freed_memory:  # each case's tensors from the heap the last one left (campaign.allocator)
+        keep_freed_memory()
     from .worker import StickyDeviceError, Worker, STICKY_EXIT
 
     out = os.fdopen(fd, "w", buffering=1 << 16)

@@ -49,7 +49,8 @@ class _WorkerActor:
         warnings.simplefilter("ignore")
         cfg = WorkerConfig.from_dict(config)
         torch.set_num_threads(cfg.threads)
-        keep_freed_memory()  # as a local worker (campaign.allocator)
+        if cfg.keep_freed_memory:  # as a local worker (campaign.allocator)
+            keep_freed_memory()
         self.wid, self.outbox = wid, outbox
         self.pending: list[dict] = []
         self.stop_flag = threading.Event()

@@ -126,6 +126,8 @@ class Scheduler:
         self.slots_busy = False  # a compile task found no free slot: none goes out before a first call ends
         self.pins = PinLender()
         self.late: set[str] = set()  # backends whose builds would outlast the campaign (campaign.compiles.BuildTimes)
+        # backend -> its modules built when a whole-space shard of it last stalled without a row (_focus)
+        self.whole_stalled: dict[str, int] = {}
 
     # --- events ---------------------------------------------------------------------------------
     def add_worker(self, wid: int) -> None:
@@ -197,6 +199,8 @@ class Scheduler:
             s.running = False
             if (exhausted or stalled) and s.done < s.size:  # the budget moves on to a new shard
                 s.size = s.done
+            if stalled and not task.key and task.shard > 0 and s.done == task.start:
+                self.whole_stalled[task.backend] = len(self.backlog.built[task.backend])
             if exhausted and self.slice_of(task.backend, task.shard) is not None:
                 self.spent[task.backend].add(self.slice_of(task.backend, task.shard))
             s.closed = s.done >= s.size
@@ -386,10 +390,11 @@ class Scheduler:
         """(the compile key a new shard of `backend` draws, whether it is a tour shard). A tour of a declared key
         nothing was drawn of while tours are under TOUR_SHARE of the planned cases or `wid` has no key loaded; else a
         key `wid` has loaded, the least focused one, while focused shards are fewer than FOCUSED_PER_WHOLE per other
-        shard; else a tour; else the whole space ("") while fewer unbuilt modules wait than there are compile slots, a
-        loaded key otherwise (a built one for a worker with none loaded). Whole-space shards of workers with nothing
-        loaded drew 65-85 % of FlashInfer's 50,000-62,000 deferred draws per backend in ten minutes on an H200, most
-        of them dropped (campaigns/jit-untold-side-by-side-h200-2026-11-26.md)."""
+        shard; else a tour; else the whole space ("") while fewer unbuilt modules wait than there are compile slots and
+        a module was built since a whole-space shard last stalled without a row, a loaded key otherwise (a built one for
+        a worker with none loaded). Whole-space shards of workers with nothing loaded drew 65-85 % of FlashInfer's
+        50,000-62,000 deferred draws per backend in ten minutes on an H200, most of them dropped
+        (campaigns/jit-untold-side-by-side-h200-2026-11-26.md)."""
         mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
         shards = [s for j, s in self.shards[backend].items() if j > 0]
         toured = {s.key for s in shards if s.tour}  # once each: a key the focus filter cannot draw stays undrawn
@@ -406,7 +411,13 @@ class Scheduler:
             return least_focused(mine), False
         if undrawn:
             return undrawn[0], True
-        if self.backlog.unbuilt_modules(backend) >= max(1, self.compile_slots):
+        # a whole-space shard that stalled without a row says the space's new cases wait for modules: the next is due
+        # once another module is built. Ungated, FlashInfer's three untold backends ran 858, 1,836 and 3,450 whole-space
+        # shards in ten minutes on an H200, each stalled, 9 rows in all, beside 2.0 % of worker time between tasks
+        # (campaigns/jit-untold-flashinfer-whole-space-h200-2026-11-28.md)
+        stalled = self.whole_stalled.get(backend)
+        if (self.backlog.unbuilt_modules(backend) >= max(1, self.compile_slots)
+                or stalled is not None and len(self.backlog.built[backend]) <= stalled):
             if mine:
                 return least_focused(mine), False
             built = sorted(self.backlog.built_keys[backend]) if self.compile_slots else []  # gated first calls only

@@ -114,6 +114,7 @@ class WorkerConfig:
     compile_slots: int = 1  # builds at once at the start: the warm-up share x the host's workers (campaign.claims)
     slots_dir: str | None = None  # the campaign's compile slot locks (campaign.claims); None: the cache folder's
     profile_dir: str | None = None  # --profile: each worker's cProfile statistics go there (campaign.profiling)
+    keep_freed_memory: bool = False  # malloc keeps what a case frees (campaign.allocator): a host without GPUs
 
     def to_dict(self) -> dict:
         return {"seed": self.seed, "limits": self.limits, "specs": list(self.specs), "threads": self.threads,
@@ -121,7 +122,7 @@ class WorkerConfig:
                 "shrink_examples": self.shrink_examples, "compile_slices": self.compile_slices,
                 "cache_dir": self.cache_dir, "compile_share": self.compile_share,
                 "compile_slots": self.compile_slots, "slots_dir": self.slots_dir,
-                "profile_dir": self.profile_dir}
+                "profile_dir": self.profile_dir, "keep_freed_memory": self.keep_freed_memory}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkerConfig":
@@ -135,7 +136,8 @@ class WorkerConfig:
                    compile_share=d.get("compile_share", default.compile_share),
                    compile_slots=d.get("compile_slots", default.compile_slots),
                    slots_dir=d.get("slots_dir", default.slots_dir),
-                   profile_dir=d.get("profile_dir", default.profile_dir))
+                   profile_dir=d.get("profile_dir", default.profile_dir),
+                   keep_freed_memory=d.get("keep_freed_memory", default.keep_freed_memory))
 
 
 def cores() -> int:

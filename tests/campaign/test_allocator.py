@@ -1,6 +1,6 @@
 """A worker keeps the memory its cases free (campaign/allocator.py): the next case's tensors do not fault their pages in
-again. Measured: 366 minor page faults a small-tier case with glibc's defaults, 83 kept, 0.92x the time
-(benchmarks/results/throughput/allocator-cpu-2026-11-28.md)."""
+again. Measured: 366 minor page faults a small-tier case with glibc's defaults, 83 kept, 0.92x the time on the CPU
+(benchmarks/results/throughput/allocator-cpu-h200-2026-11-28.md)."""
 from __future__ import annotations
 
 import ctypes.util
@@ -46,3 +46,10 @@ def test_cases_of_freed_tensors_fault_their_pages_in_once_not_per_case():
 @pytest.mark.skipif(not GLIBC, reason="mallopt's thresholds are glibc's; another C library keeps its own behaviour")
 def test_it_says_what_it_set():
     assert keep_freed_memory().startswith("malloc keeps freed memory: mmap threshold 32 MiB")
+
+
+def test_the_setting_travels_to_the_workers():
+    from campaign.tasks import WorkerConfig
+
+    assert WorkerConfig.from_dict(WorkerConfig(keep_freed_memory=True).to_dict()).keep_freed_memory
+    assert not WorkerConfig.from_dict(WorkerConfig().to_dict()).keep_freed_memory

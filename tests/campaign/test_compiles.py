@@ -303,6 +303,43 @@ def test_a_worker_with_no_key_loaded_draws_a_built_key_while_builds_are_queued()
     assert s._focus("jit", 0) == ("", False)
 
 
+def test_a_whole_space_shard_that_stalled_without_a_row_waits_for_the_next_build():
+    """Whole-space draws that all waited say the space's new cases wait for modules: the next whole-space shard goes out
+    once another module is built, loaded keys meanwhile. Ungated, FlashInfer's untold backends ran 858-3,450 such
+    shards in ten minutes on an H200, 9 rows in all (campaigns/jit-untold-flashinfer-whole-space-h200-2026-11-28.md)."""
+    s = Scheduler(["jit"], examples=None, shard_size=50, declared={"jit": ["k1", "k2"]}, compile_slots=1)
+    for key in ("k1", "k2"):
+        s.key_drawn("jit", key)
+    s.add_worker(0)
+    (_, warmup), = s.schedule()
+    s.example_done("jit", warmup.shard, warmup.size)
+    s.task_done(0)
+    s.key_built("jit", "k1", wid=0)
+    first = []
+    while not first or first[-1] != "":  # FOCUSED_PER_WHOLE focused shards of k1, then the whole space
+        (_, task), = s.schedule()
+        first.append(task.key)
+        if task.key:
+            s.example_done("jit", task.shard, task.size)
+            s.task_done(0)
+    assert first == ["k1", "k1", ""]
+    s.task_done(0, stalled=True)  # the whole-space shard's draws all waited, no row
+    keys = []
+    for _ in range(6):  # FOCUSED_PER_WHOLE would give every third shard to the whole space
+        (_, task), = s.schedule()
+        keys.append(task.key)
+        s.example_done("jit", task.shard, task.size)
+        s.task_done(0)
+    assert keys == ["k1"] * 6
+    s.key_built("jit", "k2", wid=7)  # a module more: the whole space is due again
+    (_, whole), = s.schedule()
+    assert whole.key == ""
+    s.example_done("jit", whole.shard, 1)  # a row, then its draws waited: the space still gives rows, no gate
+    s.task_done(0, stalled=True)
+    (_, task), = s.schedule()
+    assert task.key == ""
+
+
 def test_tours_take_their_share_of_the_cases_beside_focused_shards_while_keys_are_undrawn():
     """With a key loaded, tours still go out while they are under TOUR_SHARE of the planned cases: one tour per two
     focused shards drew 78 of 1,536 vLLM keys in ten minutes (campaigns/jit-untold-h100-2026-11-26.md)."""
