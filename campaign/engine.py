@@ -317,7 +317,8 @@ class Driver:
             self.shrinking.pop(wid, None)
             if wid in self.stopping:
                 return
-            self.scheduler.task_done(wid, exhausted=bool(msg.get("exhausted")), stalled=bool(msg.get("stalled")))
+            self.scheduler.task_done(wid, exhausted=bool(msg.get("exhausted")), stalled=bool(msg.get("stalled")),
+                                     rows=msg.get("rows"))
         elif kind == "error":  # a task of the backend raised in attnref's code: a harness error, not a finding
             self.errored.add(wid)
             beat = self.beats.pop(wid, None)  # the case it was on is not to blame: no `worker died` row for it

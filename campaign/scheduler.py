@@ -187,9 +187,10 @@ class Scheduler:
             self.loaded[wid].add((backend, key))
             self.modules[wid].add((backend, unit or key))
 
-    def task_done(self, wid: int, exhausted: bool = False, stalled: bool = False) -> None:
+    def task_done(self, wid: int, exhausted: bool = False, stalled: bool = False, rows: int | None = None) -> None:
         """`wid` finished its task; `exhausted`: hypothesis had no more cases to draw for the shard; `stalled`: its last
-        draws all waited for modules (campaign.worker.STALL_DRAWS), so the shard ends there, as an exhausted one."""
+        draws all waited for modules (campaign.worker.STALL_DRAWS), so the shard ends there, as an exhausted one;
+        `rows`: a generation task's rows (its draws that waited count as the shard's examples, not as rows)."""
         task = self.running.pop(wid, None)
         self.compiling.discard(wid)
         if task is not None and task.kind == TaskKind.DEFERRED:
@@ -199,7 +200,7 @@ class Scheduler:
             s.running = False
             if (exhausted or stalled) and s.done < s.size:  # the budget moves on to a new shard
                 s.size = s.done
-            if stalled and not task.key and task.shard > 0 and s.done == task.start:
+            if stalled and rows == 0 and not task.key and task.shard > 0:
                 self.whole_stalled[task.backend] = len(self.backlog.built[task.backend])
             if exhausted and self.slice_of(task.backend, task.shard) is not None:
                 self.spent[task.backend].add(self.slice_of(task.backend, task.shard))

@@ -323,7 +323,12 @@ def test_a_whole_space_shard_that_stalled_without_a_row_waits_for_the_next_build
             s.example_done("jit", task.shard, task.size)
             s.task_done(0)
     assert first == ["k1", "k1", ""]
-    s.task_done(0, stalled=True)  # the whole-space shard's draws all waited, no row
+    for index in range(1, 9):  # the whole-space shard's draws all waited (their example numbers are used), no row
+        s.defer("jit", "k2", f"case {index}", {"shard": task.shard, "index": index, "shard_size": 50})
+    s.task_done(0, stalled=True, rows=0)
+    (_, build), = s.schedule()  # k2's build takes its waiting cases: no unbuilt module waits now
+    assert (build.kind, build.key, len(build.cases)) == (TaskKind.DEFERRED, "k2", 8)
+    s.task_done(0)  # (not built: the next one would be tried later)
     keys = []
     for _ in range(6):  # FOCUSED_PER_WHOLE would give every third shard to the whole space
         (_, task), = s.schedule()
@@ -335,7 +340,7 @@ def test_a_whole_space_shard_that_stalled_without_a_row_waits_for_the_next_build
     (_, whole), = s.schedule()
     assert whole.key == ""
     s.example_done("jit", whole.shard, 1)  # a row, then its draws waited: the space still gives rows, no gate
-    s.task_done(0, stalled=True)
+    s.task_done(0, stalled=True, rows=1)
     (_, task), = s.schedule()
     assert task.key == ""
 
