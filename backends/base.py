@@ -78,6 +78,7 @@ class Capabilities:
     features: frozenset[Feature] = frozenset()
     alibi_conventions: frozenset[AlibiConvention] = frozenset({AlibiConvention.SIGNED, AlibiConvention.SYMMETRIC})
     alibi_standard_slopes: bool = False  # the kernel computes its own slopes from the head count (no slopes argument)
+    alibi_in_model_dtype: bool = False  # the bias goes in as a tensor of the case's dtype (Alibi.in_model_dtype)
     alibi_attn_types: frozenset[AttentionType] | None = None  # where ALiBi is declared (None: every declared type)
     kv_layouts: frozenset[KVLayout] = frozenset()
     kv_cache_dtypes: frozenset[KVCacheDType] = frozenset({KVCacheDType.AUTO})

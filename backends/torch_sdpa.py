@@ -151,7 +151,8 @@ class CpuFlashBackend(Backend):
                         features=MASK_FEATURES, lse_base=LseBase.E, causal_alignments=BOTH_ALIGNMENTS,
                         # Found by fuzzing (kernel cases, q > k): a row its mask leaves empty gets output 0
                         # but LSE 0, not -inf; declared, and unsafe for LSE merging (README findings).
-                        empty_row_lse=0.0, encodings=(spellings.SCALE_ENCODINGS,))  # `float? scale=None`
+                        empty_row_lse=0.0, encodings=(spellings.SCALE_ENCODINGS,),  # `float? scale=None`
+                        alibi_in_model_dtype=True)  # its attn_mask is of the query's dtype, as SDPA's
 
     def run(self, inputs: Inputs) -> Actual:
         case = inputs.case
@@ -189,8 +190,10 @@ def kernel(q, ks, vs):
 
 def sdpa_backends() -> list[Backend]:
     """torch-sdpa-* for CPU (math) and CUDA (flash, efficient, cudnn, math)."""
+    # ALiBi goes in as an additive attn_mask, which SDPA takes in the query's dtype: the bias is rounded there (a
+    # bfloat16 bias of -511 by up to 1 logit: torch-sdpa-math 12.1 off the exact bias's output over 1,023 keys)
     base = Capabilities(dtypes=frozenset(DType), attn_types=ALL_TYPES, features=MASK_FEATURES | {Feature.HEAD_SIZE_V},
-                        lse_base=None, causal_alignments=BOTH_ALIGNMENTS,
+                        lse_base=None, causal_alignments=BOTH_ALIGNMENTS, alibi_in_model_dtype=True,
                         encodings=(spellings.SCALE_ENCODINGS, GQA_ENCODINGS, MASK_ENCODINGS))
     # No attn_mask: a decoder with cached context would need bottom-right causality, which the
     # is_causal flag (top-left) cannot express, so CONTEXT is not declared.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from backends._convert import torch_before
-from reference.attention import (CHUNK_ELEMENTS, block_scores, new_token_bias, query_for_oracle, sequence_kv,
+from reference.attention import (CHUNK_ELEMENTS, alibi_terms, block_scores, new_token_bias, query_for_oracle, sequence_kv,
                                  sequence_masks)
 from reference.case import Case, KVCacheDType
 from reference.inputs import Inputs, materialize
@@ -78,7 +78,7 @@ def largest_sink_excess(case: Case, inputs: Inputs | None = None,
     query, keys = widened or _widened(case, inputs)
     masks, positions = sequence_masks(case, query.device)
     sinks = inputs.sinks.to(torch.float64)
-    alibi = None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(torch.float64), case.alibi.convention)
+    alibi = alibi_terms(inputs, torch.float64)
     excess = -math.inf
     for i, seq in enumerate(case.sequences):
         start, k = int(inputs.query_start_loc[i]), keys[i]

@@ -382,7 +382,8 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
             and (Feature.ALIBI.value in on or draw(BOOLEANS)):
         convention = draw(pick(sorted(caps.alibi_conventions, key=lambda c: c.value)))
         factor = 1.0 if caps.alibi_standard_slopes else draw(pick([1.0, 0.25, 4.0]))
-        alibi = Alibi(tuple(s * factor for s in standard_alibi_slopes(num_heads)), convention)
+        alibi = Alibi(tuple(s * factor for s in standard_alibi_slopes(num_heads)), convention,
+                      in_model_dtype=caps.alibi_in_model_dtype)
     chunk = None
     if attn_type == AttentionType.DECODER:
         chunk = _sometimes(draw, caps, Feature.CHUNKED_LOCAL, either(pick([1, 2, 4, 8, 16]), integers(1, 40)))

@@ -64,7 +64,7 @@ def attention(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: bo
         out, lse = attend_sequence(
             query[start:end], k, v, mask,
             scale=case.softmax_scale, q_pos=positions[i],
-            alibi=None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(dtype), case.alibi.convention),
+            alibi=alibi_terms(inputs, dtype),
             soft_cap=case.soft_cap, sink=None if inputs.sinks is None else inputs.sinks.to(dtype),
             bias=None if inputs.qq_bias is None else new_token_bias(inputs.qq_bias, seq.query_len, k.shape[0]).to(
                 device=query.device, dtype=dtype),
@@ -206,6 +206,14 @@ def gemm_operand(t: Tensor) -> Tensor:
     return t.float() if t.dtype == torch.float16 and t.device.type == "cpu" else t
 
 
+def alibi_terms(inputs: Inputs, dtype: torch.dtype) -> tuple | None:
+    """What `block_scores` adds ALiBi from: (slopes in `dtype`, convention, the dtype its bias is held in or None); None
+    without ALiBi."""
+    if inputs.alibi_slopes is None:
+        return None
+    return inputs.alibi_slopes.to(dtype), inputs.case.alibi.convention, inputs.case.alibi_held_in
+
+
 def block_scores(q: Tensor, k: Tensor, visible: Tensor, *, scale: float, q_pos: Tensor, k_pos: Tensor, alibi,
                  soft_cap: float | None, reorder: bool = False, bias: Tensor | None = None) -> Tensor:
     """Scores [H, q, k] of q [q, H, D] over keys k [k, H_kv, D], in q's dtype: q.k x scale, soft-capped, then ALiBi
@@ -221,8 +229,8 @@ def block_scores(q: Tensor, k: Tensor, visible: Tensor, *, scale: float, q_pos: 
     scores = scores.reshape(num_heads, num_q, k.shape[0])
     scores = apply_soft_cap(scores, soft_cap)  # soft-cap comes before biases and masks
     if alibi is not None:
-        slopes, convention = alibi
-        scores = scores + alibi_bias(slopes, q_pos[:, None], k_pos[None, :], convention).to(scores.dtype)
+        slopes, convention, held_in = alibi
+        scores = scores + alibi_bias(slopes, q_pos[:, None], k_pos[None, :], convention, held_in).to(scores.dtype)
     if bias is not None:
         scores = scores + bias[None].to(scores.dtype)
     return scores.masked_fill(~visible, -math.inf)

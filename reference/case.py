@@ -12,12 +12,15 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .kinds import (AlibiConvention, AttentionType, BlockTableKind, CaseError, CausalAlignment, DType, KVCacheDType,
                     KVLayout, ScaleGranularity, ValueDistribution, is_power_of_two)
 from .specs import Alibi, BlockSparse, CacheSpec, GlobalPrefix, Quant, SequenceSpec, Values, kv_len
 from .validation import validate
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["AlibiConvention", "AttentionType", "BlockTableKind", "CaseError", "CausalAlignment", "DType",
            "KVCacheDType", "KVLayout", "ScaleGranularity", "ValueDistribution", "is_power_of_two", "Alibi", "BlockSparse",
@@ -146,6 +149,11 @@ class Case:
     @property
     def kv_cache_dtype(self) -> KVCacheDType:
         return self.cache.quant.kv_cache_dtype if self.cache is not None else KVCacheDType.AUTO
+
+    @property
+    def alibi_held_in(self) -> torch.dtype | None:
+        """The dtype the ALiBi bias reaches the kernel in (Alibi.in_model_dtype), None where it is computed exactly."""
+        return self.dtype.torch if self.alibi is not None and self.alibi.in_model_dtype else None
 
     def features(self) -> frozenset[str]:
         """Names of the features this case switches on (used by reports and strategies)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import Expected, attend_sequence, query_for_oracle, sequence_kv
+from .attention import Expected, alibi_terms, attend_sequence, query_for_oracle, sequence_kv
 from .case import AttentionType
 from .inputs import Inputs, read_kv
 from .visibility import causal_visible, window_visible
@@ -80,7 +80,7 @@ def local_attention_via_virtual_batches(inputs: Inputs) -> Expected:
                                               table, block_size)
     query = query_for_oracle(inputs, torch.float64)
     left, right = case.window_bounds
-    alibi = None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(torch.float64), case.alibi.convention)
+    alibi = alibi_terms(inputs, torch.float64)
     outs, lses = [], []
     for j in range(vb.seqlens_q.shape[0]):
         b, start, n, q = int(vb.source[j]), int(vb.key_start[j]), int(vb.seqlens_k[j]), int(vb.seqlens_q[j])

@@ -20,9 +20,9 @@ import torch
 from torch import Tensor
 
 from . import transfer
-from .attention import Expected, attend_sequence, new_token_bias, query_for_oracle, sequence_kv, sequence_masks
+from .attention import Expected, alibi_terms, attend_sequence, new_token_bias, query_for_oracle, sequence_kv, sequence_masks
 from .inputs import Inputs
-from .scores import alibi_bias, apply_soft_cap
+from .scores import alibi_bias, apply_soft_cap, held
 from .widening import widen
 
 EXACT_BELOW = 1e-6  # 1 - w under this: the dropped key's row is attended again
@@ -37,7 +37,7 @@ def pair_scores(inputs: Inputs, i: int, q: Tensor, k: Tensor, key: Tensor, q_pos
     if inputs.alibi_slopes is not None:
         slopes = inputs.alibi_slopes.to(scores.dtype)
         unit = alibi_bias(torch.ones_like(slopes[:1]), q_pos[None, :], key, case.alibi.convention)[0]  # [H, q]
-        scores = scores + slopes[:, None] * unit
+        scores = scores + held(slopes[:, None] * unit, case.alibi_held_in)
     if inputs.qq_bias is not None:
         bias = new_token_bias(inputs.qq_bias, q.shape[1], case.kv_lens[i]).to(device=q.device, dtype=scores.dtype)
         scores = scores + bias.expand(key.shape[0], -1, -1).gather(-1, key[..., None])[..., 0]
@@ -111,6 +111,6 @@ def _attend_again(inputs: Inputs, expected: Expected, query: Tensor, i: int, mov
         bias = bias[picked]
     out, _ = attend_sequence(
         query[start:][picked], k, v, moved[:, picked], scale=case.softmax_scale, q_pos=q_pos[picked],
-        alibi=None if inputs.alibi_slopes is None else (inputs.alibi_slopes.to(torch.float64), case.alibi.convention),
+        alibi=alibi_terms(inputs, torch.float64),
         soft_cap=case.soft_cap, sink=None if inputs.sinks is None else inputs.sinks.to(torch.float64), bias=bias)
     return (out - expected.output[start:][picked]).abs().amax() if out.numel() else out.new_zeros(())

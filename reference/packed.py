@@ -193,7 +193,7 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
     if inputs.alibi_slopes is not None:
         positions = layout.q_pos.reshape(n_seq * max_q, 1)
         bias = alibi_bias(inputs.alibi_slopes.to(dtype), positions, torch.arange(max_k, device=dev)[None],
-                          case.alibi.convention)  # [H, B * Q, K]
+                          case.alibi.convention, case.alibi_held_in)  # [H, B * Q, K]
         scores = scores + bias.reshape(case.num_heads, n_seq, max_q, max_k).transpose(0, 1).to(scores.dtype)
     if layout.bias is not None:
         scores = scores + layout.bias[:, None].to(scores.dtype)

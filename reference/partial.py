@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor
 
-from .attention import Expected, add_sink, attend_sequence, new_token_bias, query_for_oracle
+from .attention import Expected, add_sink, alibi_terms, attend_sequence, new_token_bias, query_for_oracle
 from .inputs import Inputs
 from .merge import merge_attn_states
 
@@ -25,9 +25,7 @@ def partial_state(inputs: Inputs, i: int, k: Tensor, v: Tensor, visible: Tensor,
                   k_pos: Tensor) -> tuple[Tensor, Tensor]:
     """(output, lse) of sequence i's queries over keys k/v at positions k_pos, under mask `visible`."""
     case = inputs.case
-    alibi = None
-    if inputs.alibi_slopes is not None:
-        alibi = (inputs.alibi_slopes.to(torch.float64), case.alibi.convention)
+    alibi = alibi_terms(inputs, torch.float64)
     bias = None
     if inputs.qq_bias is not None:  # the sequence's bias over all its keys, then the columns of these keys
         seq = case.sequences[i]

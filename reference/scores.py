@@ -29,9 +29,11 @@ def logit_spread(square_sums: Tensor, logits: Tensor | None, scale: float, soft_
     return spread
 
 
-def alibi_bias(slopes: Tensor, q_pos: Tensor, k_pos: Tensor, convention: AlibiConvention) -> Tensor:
+def alibi_bias(slopes: Tensor, q_pos: Tensor, k_pos: Tensor, convention: AlibiConvention,
+               held_in: torch.dtype | None = None) -> Tensor:
     """Bias [num_heads, q, k] = slope_h * (k_pos - q_pos) (SIGNED), -slope_h * |k_pos - q_pos|
-    (SYMMETRIC), or -slope_h * sqrt(q_pos - k_pos) for k_pos <= q_pos and 0 after (SQRT).
+    (SYMMETRIC), or -slope_h * sqrt(q_pos - k_pos) for k_pos <= q_pos and 0 after (SQRT); rounded to `held_in`
+    where the bias reaches the kernel in that dtype (`Alibi.in_model_dtype`), in slopes' dtype either way.
 
     Under a causal mask k_pos <= q_pos and SIGNED and SYMMETRIC agree. Slope 0.5, q at 2:
         k:               0      1     2
@@ -43,7 +45,12 @@ def alibi_bias(slopes: Tensor, q_pos: Tensor, k_pos: Tensor, convention: AlibiCo
         distance = -distance.abs()
     elif convention == AlibiConvention.SQRT:
         distance = -torch.sqrt((-distance).clamp(min=0))  # only earlier keys are pushed down
-    return slopes[:, None, None] * distance[None]
+    return held(slopes[:, None, None] * distance[None], held_in)
+
+
+def held(bias: Tensor, dtype: torch.dtype | None) -> Tensor:
+    """`bias` rounded to `dtype` and back (None: as it is)."""
+    return bias if dtype is None else bias.to(dtype).to(bias.dtype)
 
 
 def standard_alibi_slopes(num_heads: int) -> tuple[float, ...]:

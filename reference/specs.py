@@ -25,6 +25,9 @@ class SequenceSpec:
 class Alibi:
     slopes: tuple[float, ...]  # one per query head
     convention: AlibiConvention = AlibiConvention.SIGNED
+    # the bias reaches the kernel held in the case's dtype, rounded there: an additive attn_mask of the query's dtype
+    # (torch SDPA; Capabilities.alibi_in_model_dtype). A bfloat16 bias of -511 is off by up to 1 logit.
+    in_model_dtype: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@ oracle's output and LSE. It must give the largest change a fresh pass under the 
 answer to whether any mask changed, on drawn cases and on rows whose dropped key holds nearly all the weight."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 
@@ -40,6 +42,13 @@ def agrees(case: Case) -> None:
 @settings(max_examples=150, deadline=None)
 @given(cases(ORACLE_CAPS, Limits(max_sequences=4, tiers=("small", "tile"))))
 def test_one_key_change_equals_a_fresh_pass(case):
+    agrees(case)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(replace(ORACLE_CAPS, alibi_in_model_dtype=True), Limits(max_sequences=4, tiers=("small", "tile"),
+                                                                     features_on=("alibi",))))
+def test_one_key_change_equals_a_fresh_pass_with_the_bias_held_in_the_model_dtype(case):
     agrees(case)
 
 

@@ -10,7 +10,7 @@ from hypothesis import assume, given, strategies as st
 import reference as r
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
 from reference.scores import standard_alibi_slopes as alibi_slopes
-from reference.attention import attend_sequence
+from reference.attention import alibi_terms, attend_sequence
 from reference.visibility import query_positions, visible
 from tests.reference.brute_force import brute_force_attention
 
@@ -100,7 +100,7 @@ def test_splitting_keys_and_merging_by_lse_equals_whole(case, data):
     q = inputs.query[: seq.query_len].double()
     mask = visible(case, seq)
     kw = dict(scale=case.softmax_scale, q_pos=query_positions(case, seq), soft_cap=case.soft_cap,
-              alibi=None if case.alibi is None else (inputs.alibi_slopes.double(), case.alibi.convention))
+              alibi=alibi_terms(inputs, torch.float64))
     whole = attend_sequence(q, k, v, mask, **kw)
     left = attend_sequence(q, k[:cut], v[:cut], mask[..., :cut], **kw)
     right_alibi = kw  # positions of the right half start at `cut`: shift through a pad of invisible keys

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,19 @@ def agree(a: Expected, b: Expected, tol: float = 1e-12) -> None:
 def test_packed_oracle_equals_the_chunked_one(case):
     inputs = materialize(case)
     assume(packable(inputs))
+    agree(packed_attention(inputs), attention(inputs))
+
+
+# ALiBi whose bias reaches the kernel in the case's dtype (Alibi.in_model_dtype: torch SDPA's attn_mask)
+HELD_ALIBI = cases(replace(ORACLE_CAPS, alibi_in_model_dtype=True), replace(LIMITS, features_on=("alibi",)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(HELD_ALIBI)
+def test_packed_oracle_equals_the_chunked_one_with_the_bias_held_in_the_model_dtype(case):
+    inputs = materialize(case)
+    assume(packable(inputs))
+    assert case.alibi_held_in == case.dtype.torch
     agree(packed_attention(inputs), attention(inputs))
 
 
