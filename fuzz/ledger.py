@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from backends._convert import torch_before
-from reference.attention import (CHUNK_ELEMENTS, alibi_terms, block_scores, new_token_bias, query_for_oracle, sequence_kv,
-                                 sequence_masks)
+from reference.attention import (CHUNK_ELEMENTS, alibi_terms, block_scores, new_token_bias, query_for_oracle,
+                                 sequence_kv, sequence_masks)
 from reference.case import Case, KVCacheDType
 from reference.inputs import Inputs, materialize
 

@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from . import transfer
-from .attention import Expected, alibi_terms, attend_sequence, new_token_bias, query_for_oracle, sequence_kv, sequence_masks
+from .attention import (Expected, alibi_terms, attend_sequence, new_token_bias, query_for_oracle, sequence_kv,
+                        sequence_masks)
 from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap, held
 from .widening import widen

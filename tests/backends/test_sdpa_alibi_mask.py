@@ -1,7 +1,8 @@
 """torch SDPA takes ALiBi as an additive attn_mask of the query's dtype, so the bias the kernel adds is rounded there
 (Capabilities.alibi_in_model_dtype -> Alibi.in_model_dtype). Found in a CPU campaign of a stand-in that wraps
 torch-sdpa-math: over 1,023 bfloat16 keys, a bias of -511 is off by up to 1 logit, and the output was 12.08 from the
-exact bias's (limit 4.05); the same attention in float64 with the bias rounded to bfloat16 was 0.21 from the kernel's."""
+exact bias's (limit 4.05); the same attention in float64 with the bias rounded to bfloat16 was 0.21 from the
+kernel's."""
 from __future__ import annotations
 
 from dataclasses import replace
