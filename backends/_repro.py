@@ -44,6 +44,7 @@ def constants(case: Case) -> str:
         f"SINKS = {None if case.sinks is None else 'torch.tensor(' + repr(list(case.sinks)) + ')'}",
         f"ALIBI = {None if case.alibi is None else 'torch.tensor(' + repr(list(case.alibi.slopes)) + ')'}",
         f"ALIBI_MODE = {None if case.alibi is None else case.alibi.convention.value!r}  # signed | symmetric | sqrt",
+        f"ALIBI_IN_DTYPE = {case.alibi_held_in is not None}  # the bias reaches the kernel as a DTYPE tensor",
     ]
     return "\n".join(lines + rules(case)) + "\n"
 
@@ -171,13 +172,14 @@ def visible(i, window_extra=0, offset_shift=0):
 
 def alibi_bias(i, sign=1.0):
     """[H, query_len, kv_len] float64: slope * (k - q) (signed), -slope * |k - q| (symmetric) or
-    -slope * sqrt(q - k) for k <= q, else 0 (sqrt); None without ALiBi."""
+    -slope * sqrt(q - k) for k <= q, else 0 (sqrt), rounded to DTYPE where the kernel takes it so; None without ALiBi."""
     if ALIBI is None:
         return None
     qp, kp = positions(i)
     d = (kp - qp).double()
     d = {"signed": d, "symmetric": -d.abs(), "sqrt": -(-d).clamp(min=0).sqrt()}[ALIBI_MODE]
-    return sign * ALIBI.double()[:, None, None] * d[None]
+    bias = ALIBI.double()[:, None, None] * d[None]
+    return sign * (bias.to(DTYPE).double() if ALIBI_IN_DTYPE else bias)
 '''
 
 
