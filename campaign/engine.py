@@ -436,6 +436,8 @@ class Driver:
             if grace_until is not None and (not self.slot_of or now >= grace_until):
                 break
             if grace_until is None:
+                self.scheduler.first_calls_running = {beat.get("backend", "") for beat in self.beats.values()
+                                                      if beat.get("first_compile")}
                 assigned = self.scheduler.schedule()
                 starved = self.first_calls.starved(now, {t.backend for _, t in assigned if t.needs_slot})
                 for wid, task in assigned:

@@ -128,6 +128,7 @@ class Scheduler:
         self.late: set[str] = set()  # backends whose builds would outlast the campaign (campaign.compiles.BuildTimes)
         # backend -> its modules built when a whole-space shard of it last stalled without a row (_focus)
         self.whole_stalled: dict[str, int] = {}
+        self.first_calls_running: set[str] = set()  # backends whose first call of a module runs in a worker (engine)
 
     # --- events ---------------------------------------------------------------------------------
     def add_worker(self, wid: int) -> None:
@@ -302,6 +303,9 @@ class Scheduler:
             deferred = self._deferred_task(built=True) or self._deferred_task(built=False)
             if deferred is not None:
                 return deferred
+        # a backend whose new shard could only draw cases waiting for its first build leaves the worker to another
+        # backend, or idle: its cores go to the build
+        choices = [b for b in choices if not self._awaits_first_build(b)]
         if not choices:
             return None
         warm = self.last_backend.get(wid)
@@ -387,6 +391,24 @@ class Scheduler:
                    if j > 0 and s.key == key and not s.tour]
         return self.pins.lend(backend, key, focused, wid)
 
+    def _undrawn(self, backend: str) -> list[str]:
+        """Declared keys of `backend` nothing was drawn of and no tour went out for (a key the focus filter cannot draw
+        is toured once and stays undrawn)."""
+        toured = {s.key for j, s in self.shards[backend].items() if j > 0 and s.tour}
+        return [k for k in self.declared[backend] if k not in self.drawn[backend] and k not in toured]
+
+    def _awaits_first_build(self, backend: str) -> bool:
+        """No module of `backend` is built yet, no tour is due, a whole-space shard already stalled without a row since
+        the last build, and a first call is running (of its module, or of another backend's that holds the slot its
+        build waits for): a new shard could only draw cases that wait. In FlashInfer's untold campaigns on an H200 such
+        shards were 892-3,343 per backend, every one stalled, before its first modules were built (35-115 s); they drew
+        on the cores nvcc builds with (campaigns/jit-untold-cold-first-builds-h200-2026-11-29.md). Without a first call
+        running the whole space goes out as before: a campaign of `--examples N` whose builds fail still draws."""
+        stalled = self.whole_stalled.get(backend)
+        return (self.compile_slots > 0 and self.slices[backend] == 1 and not self.backlog.built_keys[backend]
+                and bool(self.first_calls_running) and stalled is not None
+                and len(self.backlog.built[backend]) <= stalled and not self._undrawn(backend))
+
     def _focus(self, backend: str, wid: int | None) -> tuple[str, bool]:
         """(the compile key a new shard of `backend` draws, whether it is a tour shard). A tour of a declared key
         nothing was drawn of while tours are under TOUR_SHARE of the planned cases or `wid` has no key loaded; else a
@@ -398,8 +420,7 @@ class Scheduler:
         (campaigns/jit-untold-side-by-side-h200-2026-11-26.md)."""
         mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
         shards = [s for j, s in self.shards[backend].items() if j > 0]
-        toured = {s.key for s in shards if s.tour}  # once each: a key the focus filter cannot draw stays undrawn
-        undrawn = [k for k in self.declared[backend] if k not in self.drawn[backend] and k not in toured]
+        undrawn = self._undrawn(backend)
         planned = sum(s.size for s in self.shards[backend].values())
         if undrawn and (not mine or sum(s.size for s in shards if s.tour) < TOUR_SHARE * planned):
             return undrawn[0], True

@@ -345,6 +345,48 @@ def test_a_whole_space_shard_that_stalled_without_a_row_waits_for_the_next_build
     assert task.key == ""
 
 
+def test_a_backend_waiting_for_its_first_build_leaves_its_workers_idle_or_to_another_backend():
+    """Before any module of a backend is built, once a whole-space shard stalled without a row, its next shards could
+    only draw cases that wait: while a first call runs (its own, or another backend's holding the slot), a worker
+    asking for work takes another backend's, or none (its core goes to the build). Without a first call running the
+    whole space goes out as before, so a campaign whose builds fail still draws."""
+    s = Scheduler(["jit", "other"], examples=None, shard_size=50, declared={"jit": ["k1"], "other": ["o1"]},
+                  compile_slots=1)
+    s.key_drawn("jit", "k1")
+    s.key_drawn("other", "o1")
+    s.key_built("other", "o1", wid=5)  # another backend has a built module (loaded in some other worker)
+    s.add_worker(0)
+    while True:  # the warm-up shards, other's shards, until jit's whole space: nothing built, nothing known to wait
+        (_, whole), = s.schedule()
+        if whole.backend == "jit" and whole.shard > 0:
+            break
+        s.example_done(whole.backend, whole.shard, whole.size)
+        s.task_done(0)
+    assert (whole.kind, whole.key, whole.tour) == (TaskKind.GENERATE, "", False)
+    for index in range(1, 9):
+        s.defer("jit", "k1", f"case {index}", {"shard": whole.shard, "index": index, "shard_size": 50})
+    s.task_done(0, stalled=True, rows=0)
+    (_, build), = s.schedule()  # k1's build takes its waiting cases
+    assert (build.kind, build.backend, build.key) == (TaskKind.DEFERRED, "jit", "k1")
+    s.first_calls_running = {"jit"}
+    s.add_worker(1)
+    (wid, task), = s.schedule()
+    assert (wid, task.backend) == (1, "other")  # not jit's whole space while its first build runs
+    s.example_done("other", task.shard, task.size)
+    s.task_done(1)
+    s.give_up("other", "test: no other backend")
+    assert s.schedule() == []  # worker 1 stays idle
+    s.first_calls_running = set()  # the first call ended without a module (a build that failed): draw again
+    (wid, task), = s.schedule()
+    assert (wid, task.backend, task.key, task.tour) == (1, "jit", "", False)
+    s.task_done(1, stalled=True, rows=0)
+    s.first_calls_running = {"other"}  # a first call of another backend holds the slot jit's build waits for
+    assert s.schedule() == []
+    s.key_built("jit", "k1", wid=0)  # built: its cases go out again, focused on k1 in the worker that has it
+    (wid, task), = s.schedule()
+    assert (wid, task.backend) == (1, "jit")
+
+
 def test_tours_take_their_share_of_the_cases_beside_focused_shards_while_keys_are_undrawn():
     """With a key loaded, tours still go out while they are under TOUR_SHARE of the planned cases: one tour per two
     focused shards drew 78 of 1,536 vLLM keys in ten minutes (campaigns/jit-untold-h100-2026-11-26.md)."""
