@@ -304,9 +304,16 @@ class Scheduler:
             if deferred is not None:
                 return deferred
         # a backend whose new shard could only draw cases waiting for its first build leaves the worker to another
-        # backend, or idle: its cores go to the build
-        choices = [b for b in choices if not self._awaits_first_build(b)]
+        # backend, or to a build, or idle: its cores go to the builds
+        held = [b for b in choices if self._awaits_first_build(b)]
+        choices = [b for b in choices if b not in held]
         if not choices:
+            # every backend with work waits for its first build: no built module needs the slot kept for first calls
+            if held and len(self.compiling) < self.compile_slots and not self.slots_busy:
+                deferred = self._deferred_task(built=False, needs_slot=True, fresh=True)
+                if deferred is not None:
+                    self.compiling.add(wid)
+                    return deferred
             return None
         warm = self.last_backend.get(wid)
         backend = min(choices, key=lambda b: (active[b], self.generated(b), b != warm, self.backends.index(b)))

@@ -387,6 +387,31 @@ def test_a_backend_waiting_for_its_first_build_leaves_its_workers_idle_or_to_ano
     assert (wid, task.backend) == (1, "jit")
 
 
+def test_a_worker_held_back_by_first_builds_takes_a_build_in_the_slot_kept_for_loads():
+    """While every backend with work waits for its first build, no built module needs the compile slot kept for first
+    calls of built modules: a worker the first builds hold back takes another build in it."""
+    s = Scheduler(["jit"], examples=None, shard_size=50, declared={"jit": ["k1", "k2"]}, compile_slots=2)
+    for key in ("k1", "k2"):
+        s.key_drawn("jit", key)
+    s.add_worker(0)
+    (_, warmup), = s.schedule()
+    s.example_done("jit", warmup.shard, warmup.size)
+    s.task_done(0)
+    (_, whole), = s.schedule()
+    assert whole.key == ""
+    for index, key in enumerate(["k1", "k2"] * 4, start=1):
+        s.defer("jit", key, f"case {index}", {"shard": whole.shard, "index": index, "shard_size": 50})
+    s.task_done(0, stalled=True, rows=0)
+    (_, first), = s.schedule()  # one build beside generation: max(1, slots - 1)
+    assert first.kind == TaskKind.DEFERRED
+    s.first_calls_running = {"jit"}
+    s.add_worker(1)
+    (wid, second), = s.schedule()  # held back: the other module's build, in the second slot
+    assert (wid, second.kind, {first.key, second.key}) == (1, TaskKind.DEFERRED, {"k1", "k2"})
+    s.add_worker(2)
+    assert s.schedule() == []  # both slots build: the third worker stays idle
+
+
 def test_tours_take_their_share_of_the_cases_beside_focused_shards_while_keys_are_undrawn():
     """With a key loaded, tours still go out while they are under TOUR_SHARE of the planned cases: one tour per two
     focused shards drew 78 of 1,536 vLLM keys in ten minutes (campaigns/jit-untold-h100-2026-11-26.md)."""
