@@ -41,7 +41,7 @@ class Task:
     # DEFERRED of an unbuilt key while generation goes on (a compile task beside evaluation): it builds only with a
     # free compile slot, else its cases go back to wait (campaign.claims)
     needs_slot: bool = False
-    tour: bool = False  # GENERATE: a few draws of a compile key nothing was drawn of (campaign.scheduler.TOUR_SIZE)
+    tour: bool = False  # GENERATE: a few draws of a compile key nothing was drawn of (campaign.focus.TOUR_SIZE)
     slots: int = 0  # the campaign's compile slots when the task went out (campaign.claims.compile_slots_at; 0: config)
     pins_of: int = 0  # GENERATE, SHRINK: the shard whose pinned shape a focused shard draws (0: its own; fuzz.shapes)
     builds: bool = True  # a first call may build a module (False near a campaign's end: campaign.compiles.BuildTimes)

@@ -403,9 +403,9 @@ class Worker:
             row, evaluation = self._evaluate_claimed(backend, case, where, claim)
             row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
             if task.key:
-                row["focus_key"] = task.key  # a focused shard's row (campaign.scheduler.FOCUSED_PER_WHOLE)
+                row["focus_key"] = task.key  # a focused shard's row (campaign.focus.FOCUSED_PER_WHOLE)
                 if task.tour:
-                    row["tour"] = True  # of a key nothing was drawn of before (campaign.scheduler.TOUR_SIZE)
+                    row["tour"] = True  # of a key nothing was drawn of before (campaign.focus.TOUR_SIZE)
                 if (task.backend, task.pins_of or task.shard) in self.pins:  # its focused shard's pins (fuzz.shapes)
                     row["shape_pins"] = self.pins[task.backend, task.pins_of or task.shard]
             sticky = self._marked_sticky(row)

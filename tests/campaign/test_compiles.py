@@ -121,7 +121,7 @@ def test_built_keys_cases_follow_the_worker_that_has_their_module_loaded():
 
 
 def test_a_worker_s_new_shards_focus_on_keys_it_has_loaded_two_per_whole_space_one():
-    from campaign.scheduler import FOCUSED_PER_WHOLE
+    from campaign.focus import FOCUSED_PER_WHOLE
 
     s = Scheduler(["jit"], examples=None, shard_size=5)
     s.add_worker(0)
@@ -259,7 +259,7 @@ def test_waiting_cases_follow_their_module_and_given_back_ones_wait_for_a_first_
 
 
 def test_tours_draw_each_declared_key_once_then_the_whole_space_while_few_keys_wait():
-    from campaign.scheduler import TOUR_SIZE
+    from campaign.focus import TOUR_SIZE
 
     s = Scheduler(["jit"], examples=None, shard_size=50, declared={"jit": ["k1", "k2", "k3"]}, compile_slots=1)
     s.add_worker(0)
@@ -415,7 +415,7 @@ def test_a_worker_held_back_by_first_builds_takes_a_build_in_the_slot_kept_for_l
 def test_tours_take_their_share_of_the_cases_beside_focused_shards_while_keys_are_undrawn():
     """With a key loaded, tours still go out while they are under TOUR_SHARE of the planned cases: one tour per two
     focused shards drew 78 of 1,536 vLLM keys in ten minutes (campaigns/jit-untold-h100-2026-11-26.md)."""
-    from campaign.scheduler import TOUR_SHARE, TOUR_SIZE
+    from campaign.focus import TOUR_SHARE, TOUR_SIZE
 
     keys = [f"k{i}" for i in range(200)]
     s = Scheduler(["jit"], examples=None, shard_size=100, declared={"jit": keys}, compile_slots=1)

@@ -3,7 +3,6 @@ a driver killed outright leaves no worker running."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -2,7 +2,6 @@
 live campaign and in the report's re-bucketing (tests/fuzz/two_bugs.py)."""
 from __future__ import annotations
 
-import json
 
 from campaign.buckets import assign, row_symptoms
 from campaign.engine import CampaignConfig, run_campaign
