@@ -50,8 +50,6 @@ WARMUP_SHARD = 20
 SLICE_SLACK = 2
 
 
-
-
 @dataclass
 class _Shard:
     size: int

@@ -303,17 +303,23 @@ def test_a_worker_with_no_key_loaded_draws_a_built_key_while_builds_are_queued()
     assert s._focus("jit", 0) == ("", False)
 
 
-def test_a_whole_space_shard_that_stalled_without_a_row_waits_for_the_next_build():
-    """Whole-space draws that all waited say the space's new cases wait for modules: the next whole-space shard goes out
-    once another module is built, loaded keys meanwhile. Ungated, FlashInfer's untold backends ran 858-3,450 such
-    shards in ten minutes on an H200, 9 rows in all (campaigns/jit-untold-flashinfer-whole-space-h200-2026-11-28.md)."""
-    s = Scheduler(["jit"], examples=None, shard_size=50, declared={"jit": ["k1", "k2"]}, compile_slots=1)
+def _past_warm_up(compile_slots: int) -> Scheduler:
+    """A scheduler of one JIT backend whose two declared keys were drawn, with worker 0 past the warm-up shard."""
+    s = Scheduler(["jit"], examples=None, shard_size=50, declared={"jit": ["k1", "k2"]}, compile_slots=compile_slots)
     for key in ("k1", "k2"):
         s.key_drawn("jit", key)
     s.add_worker(0)
     (_, warmup), = s.schedule()
     s.example_done("jit", warmup.shard, warmup.size)
     s.task_done(0)
+    return s
+
+
+def test_a_whole_space_shard_that_stalled_without_a_row_waits_for_the_next_build():
+    """Whole-space draws that all waited say the space's new cases wait for modules: the next whole-space shard goes out
+    once another module is built, loaded keys meanwhile. Ungated, FlashInfer's untold backends ran 858-3,450 such
+    shards in ten minutes on an H200, 9 rows in all (campaigns/jit-untold-flashinfer-whole-space-h200-2026-11-28.md)."""
+    s = _past_warm_up(compile_slots=1)
     s.key_built("jit", "k1", wid=0)
     first = []
     while not first or first[-1] != "":  # FOCUSED_PER_WHOLE focused shards of k1, then the whole space
@@ -390,13 +396,7 @@ def test_a_backend_waiting_for_its_first_build_leaves_its_workers_idle_or_to_ano
 def test_a_worker_held_back_by_first_builds_takes_a_build_in_the_slot_kept_for_loads():
     """While every backend with work waits for its first build, no built module needs the compile slot kept for first
     calls of built modules: a worker the first builds hold back takes another build in it."""
-    s = Scheduler(["jit"], examples=None, shard_size=50, declared={"jit": ["k1", "k2"]}, compile_slots=2)
-    for key in ("k1", "k2"):
-        s.key_drawn("jit", key)
-    s.add_worker(0)
-    (_, warmup), = s.schedule()
-    s.example_done("jit", warmup.shard, warmup.size)
-    s.task_done(0)
+    s = _past_warm_up(compile_slots=2)
     (_, whole), = s.schedule()
     assert whole.key == ""
     for index, key in enumerate(["k1", "k2"] * 4, start=1):
