@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backends.base import Feature
 from fuzz.sizes import TIERS
@@ -11,6 +12,9 @@ from fuzz.strategies import Limits, declared_compile_keys, focus_values
 from reference.case import AttentionType, CausalAlignment, ValueDistribution
 
 from .compiles import key_text
+
+if TYPE_CHECKING:
+    from .engine import CampaignConfig
 
 # Features only a kernel-level (raw API) case can have: a backend without that attention type never draws them.
 KERNEL_ONLY = frozenset({"paged_kernel", "top_left", "more_queries_than_keys"})
@@ -94,3 +98,41 @@ def write_declarations(out: Path, backends: list, limits: Limits = Limits()) -> 
     path.write_text(json.dumps(known, indent=1))
 
 
+# --- a campaign's declarations: the registry is imported in the call (campaign.caches sets the caches first) ---
+
+def campaign_keys(cfg: CampaignConfig) -> dict[str, list[str]]:
+    """Each JIT backend's declared compile keys within the campaign's focus (the scheduler's tour shards draw each)."""
+    from backends.registry import get
+
+    try:
+        return {name: compile_keys(get(name, include_mutants=True, specs=cfg.specs), Limits(**cfg.limits))
+                for name in cfg.backends}
+    except (KeyError, TypeError, ValueError):
+        return {}  # the campaign's own checks report unknown backends and bad limits
+
+
+def slice_counts(cfg: CampaignConfig) -> dict[str, int]:
+    """The number of compile slices of each JIT backend of the campaign (the workers cut them alike)."""
+    from backends.registry import get
+    from fuzz.strategies import compile_slices
+
+    out: dict[str, int] = {}
+    for name in cfg.backends if cfg.compile_slices else []:
+        try:
+            backend = get(name, include_mutants=True, specs=cfg.specs)
+        except KeyError:
+            continue  # the campaign's own checks report unknown backends
+        slices = compile_slices(backend.caps, Limits(**cfg.limits), backend.compiled_per, backend.compiled_features)
+        out[name] = len(slices)
+    return out
+
+
+def declare(cfg: CampaignConfig) -> None:
+    """Write what each backend declares (the report's coverage map compares draws with it)."""
+    from backends.registry import get
+
+    try:
+        write_declarations(cfg.out, [get(name, include_mutants=True, specs=cfg.specs) for name in cfg.backends],
+                           Limits(**cfg.limits))
+    except (KeyError, OSError):
+        pass  # the campaign's own checks report unknown backends and unwritable directories

@@ -8,21 +8,22 @@ campaign returns a status a shell can read (130 / 143); `--resume` continues it 
 """
 from __future__ import annotations
 
-import json
 import math
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from .budget import CompileBudget
 from .buckets import Buckets, Decision, is_new_failure
-from .caches import KEYS_FOLDER, cache_root
-from .claims import SLOT_WAIT_S, WARMUP_S, built_by, built_modules, compile_slots_at, write_budget, write_late
+from .caches import cache_root
+from .claims import built_by, compile_slots_at
+from .compile_driving import CompileDriving
 from .compiles import BuildTimes, FirstCalls
 from .clock import WorkerClock
+from .declarations import campaign_keys, declare, slice_counts
 from .profiling import driver_profile
 from .progress import Progress
 from .scheduler import Scheduler
@@ -97,7 +98,7 @@ class HarnessAbort(Exception):
     """The campaign cannot go on (a worker cannot be started): it ends with this one line and exit 3."""
 
 
-class Driver:
+class Driver(CompileDriving):
     def __init__(self, cfg: CampaignConfig, plumbing: Plumbing, worker_config: WorkerConfig) -> None:
         self.cfg, self.plumbing, self.wcfg = cfg, plumbing, worker_config
         earlier = read_rows(cfg.out) if cfg.resume else []
@@ -109,8 +110,8 @@ class Driver:
         replays = saved_cases(cfg.out, cfg.backends) if cfg.replay_saved else {}
         gated = not cfg.compile_slices and cfg.compile_share < 1.0  # first calls held to compile slots
         self.scheduler = Scheduler(cfg.backends, examples=cfg.examples, shard_size=shard, done=done,
-                                   replays=replays, max_shrinking=max(1, workers // 4), slices=_slice_counts(cfg),
-                                   declared=_declared_keys(cfg) if gated else None,
+                                   replays=replays, max_shrinking=max(1, workers // 4), slices=slice_counts(cfg),
+                                   declared=campaign_keys(cfg) if gated else None,
                                    compile_slots=worker_config.compile_slots if gated else 0)
         self._known_builds()
         for row in earlier:  # a resumed campaign does not take up a shard whose shape crashed its worker's context
@@ -141,14 +142,6 @@ class Driver:
         self.restarts = 0
         self.next_wid = 0
 
-    def _known_builds(self) -> None:
-        """Modules an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at
-        once."""
-        for backend in self.cfg.backends:
-            for key, unit in built_modules(cache_root(self.wcfg.cache_dir) / KEYS_FOLDER, backend):
-                self.scheduler.key_built(backend, key, unit=unit)
-
-    # --- rows -----------------------------------------------------------------------------------
     def _write(self, row: dict, wid: int | None = None) -> None:
         row.setdefault("run", self.run_no)
         if wid is not None:
@@ -391,22 +384,6 @@ class Driver:
         self._record_compiles(started)
         return self._result(interrupted["signal"])
 
-    def _record_compiles(self, started: float) -> None:
-        """OUT/compile_draws.json: the campaign's span and workers, per JIT backend the keys drawn without a row, and per
-        backend where its tasks' seconds went and the workers' start-up (campaign.clock)."""
-        ended = time.time()
-        self.clock.close(ended)
-        record = {"started": started, "ended": ended, "workers": self.plumbing.slots,
-                  "compile_slots": self.wcfg.compile_slots, "warmup_s": WARMUP_S,
-                  "compile_slots_after": compile_slots_at(WARMUP_S, self.cfg.compile_share, self.plumbing.slots),
-                  "compile_slots_history": self.budget.history,
-                  "backends": self.scheduler.backlog.record(self.cfg.backends),
-                  "time": self.clock.spent, "startup_s": self.clock.startup_s}
-        try:
-            (Path(self.cfg.out) / "compile_draws.json").write_text(json.dumps(record, indent=1))
-        except OSError:
-            pass  # the rows are what matters; a full disk was already reported by the store
-
     def _log_traceback(self) -> Path:
         path = Path(self.cfg.out) / "logs" / "driver.log"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -436,8 +413,7 @@ class Driver:
             if grace_until is not None and (not self.slot_of or now >= grace_until):
                 break
             if grace_until is None:
-                self.scheduler.first_calls_running = {beat.get("backend", "") for beat in self.beats.values()
-                                                      if beat.get("first_compile")}
+                self.scheduler.first_calls_running = self._first_calls_running()
                 assigned = self.scheduler.schedule()
                 starved = self.first_calls.starved(now, {t.backend for _, t in assigned if t.needs_slot})
                 for wid, task in assigned:
@@ -450,46 +426,6 @@ class Driver:
                     self._stop_all()
                     grace_until = now + 5.0
             self.progress.tick()
-
-    @staticmethod
-    def _stamped(task: Task, slots: int, late: set[str], starved: set[str]) -> Task:
-        """A task as it goes out: the compile slots of the moment, whether its first calls may build (not for a late
-        backend), and for a starved backend's compile task its wait for a slot (campaign.compiles.FirstCalls)."""
-        waits = task.kind == TaskKind.DEFERRED and task.needs_slot and task.backend in starved
-        return replace(task, slots=slots, builds=task.backend not in late, slot_wait=SLOT_WAIT_S if waits else 0.0)
-
-    def _late(self, remaining: float | None) -> set[str]:
-        """The backends whose builds would outlast the `remaining` seconds (campaign.compiles.BuildTimes, with the ages
-        of the first calls the workers' heartbeats say are running; none without a time budget): no compile task, and
-        no claim of a running task builds for them (campaign.claims.write_late)."""
-        now, running = time.time(), {}
-        for beat in self.beats.values():
-            if beat.get("first_compile"):
-                b = beat.get("backend", "")
-                running[b] = max(running.get(b, 0.0), now - beat.get("started", now))
-        late = set() if remaining is None else self.build_times.late(remaining, running)
-        self.scheduler.late = late
-        self._publish("late", late, write_late)  # else the tasks' own flags still hold new builds back
-        return late
-
-    def _publish(self, name: str, value, write) -> None:
-        """`write(slots folder, value)` when `value` differs from what was last written under `name`; a failed write
-        is tried again at the next turn."""
-        if self.wcfg.slots_dir and (name not in self.published or self.published[name] != value):
-            try:
-                write(self.wcfg.slots_dir, value)
-                self.published[name] = value
-            except OSError:
-                pass
-
-    def _compile_budget(self, elapsed: float) -> int:
-        """The compile slots `elapsed` seconds in (campaign.budget: the warm-up's share, then held down while
-        evaluation is under its floor): the scheduler's compile tasks and every task's claims follow them."""
-        slots = self.budget.slots(elapsed, time.time())
-        if self.scheduler.compile_slots:  # 0: first calls are not gated (--compile-slices, --compile-share 1)
-            self.scheduler.compile_slots = slots
-            self._publish("budget", slots, write_budget)  # running tasks' claims follow it (else their own counts)
-        return slots
 
     def _result(self, signum: int | None) -> CampaignResult:
         rows = read_rows(self.cfg.out)
@@ -522,7 +458,7 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
     from fuzz.compare import ORACLE_CPU_MAX
 
     prepare(cfg.out)
-    _declare(cfg)
+    declare(cfg)
     gpus = visible_gpus()
     per = cfg.workers if isinstance(cfg.workers, int) else default_workers(gpus, gpu_mem_gib=gpu_mem_gib())
     slots = per * max(1, gpus)
@@ -547,49 +483,3 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
                              tag=str(Path(cfg.out).resolve()))
     with driver_profile(wcfg.profile_dir):
         return Driver(cfg, plumbing, wcfg).run()
-
-
-def _declared_keys(cfg: CampaignConfig) -> dict[str, list[str]]:
-    """Each JIT backend's declared compile keys within the campaign's focus (the scheduler's tour shards draw each)."""
-    from backends.registry import get
-    from fuzz.strategies import Limits
-
-    from .declarations import compile_keys
-
-    try:
-        return {name: compile_keys(get(name, include_mutants=True, specs=cfg.specs), Limits(**cfg.limits))
-                for name in cfg.backends}
-    except (KeyError, TypeError, ValueError):
-        return {}  # the campaign's own checks report unknown backends and bad limits
-
-
-def _slice_counts(cfg: CampaignConfig) -> dict[str, int]:
-    """The number of compile slices of each JIT backend of the campaign (the workers cut them alike)."""
-    from backends.registry import get
-    from fuzz.strategies import Limits, compile_slices
-
-    out: dict[str, int] = {}
-    for name in cfg.backends if cfg.compile_slices else []:
-        try:
-            backend = get(name, include_mutants=True, specs=cfg.specs)
-        except KeyError:
-            continue  # the campaign's own checks report unknown backends
-        slices = compile_slices(backend.caps, Limits(**cfg.limits), backend.compiled_per, backend.compiled_features)
-        out[name] = len(slices)
-    return out
-
-
-def _declare(cfg: CampaignConfig) -> None:
-    """Write what each backend declares (the report's coverage map compares draws with it)."""
-    from backends.registry import get
-    from fuzz.strategies import Limits
-
-    from .declarations import write_declarations
-
-    try:
-        write_declarations(cfg.out, [get(name, include_mutants=True, specs=cfg.specs) for name in cfg.backends],
-                           Limits(**cfg.limits))
-    except (KeyError, OSError):
-        pass  # the campaign's own checks report unknown backends and unwritable directories
-
-

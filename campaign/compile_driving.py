@@ -1,0 +1,90 @@
+"""The driver's share of a campaign's JIT compiles (campaign.engine.Driver): modules an earlier campaign built, the
+compile slots of the moment and the budget that sets them (campaign.budget), backends whose builds would outlast the
+campaign, the first calls running, what tasks carry as they go out, and the record benchmarks/jit_campaign.py reads
+(compile_draws.json). Running tasks learn the slots and the late backends from files in the slots folder
+(campaign.claims)."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .caches import KEYS_FOLDER, cache_root
+from .claims import SLOT_WAIT_S, WARMUP_S, built_modules, compile_slots_at, write_budget, write_late
+from .tasks import Task, TaskKind
+
+
+class CompileDriving:
+    """Methods of campaign.engine.Driver; they read its cfg, wcfg, plumbing, scheduler, beats, clock, build_times,
+    budget and published."""
+
+    def _known_builds(self) -> None:
+        """Modules an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at
+        once."""
+        for backend in self.cfg.backends:
+            for key, unit in built_modules(cache_root(self.wcfg.cache_dir) / KEYS_FOLDER, backend):
+                self.scheduler.key_built(backend, key, unit=unit)
+
+    # --- rows -----------------------------------------------------------------------------------
+
+    def _record_compiles(self, started: float) -> None:
+        """OUT/compile_draws.json: the campaign's span and workers, per JIT backend the keys drawn without a row, and per
+        backend where its tasks' seconds went and the workers' start-up (campaign.clock)."""
+        ended = time.time()
+        self.clock.close(ended)
+        record = {"started": started, "ended": ended, "workers": self.plumbing.slots,
+                  "compile_slots": self.wcfg.compile_slots, "warmup_s": WARMUP_S,
+                  "compile_slots_after": compile_slots_at(WARMUP_S, self.cfg.compile_share, self.plumbing.slots),
+                  "compile_slots_history": self.budget.history,
+                  "backends": self.scheduler.backlog.record(self.cfg.backends),
+                  "time": self.clock.spent, "startup_s": self.clock.startup_s}
+        try:
+            (Path(self.cfg.out) / "compile_draws.json").write_text(json.dumps(record, indent=1))
+        except OSError:
+            pass  # the rows are what matters; a full disk was already reported by the store
+
+    @staticmethod
+    def _stamped(task: Task, slots: int, late: set[str], starved: set[str]) -> Task:
+        """A task as it goes out: the compile slots of the moment, whether its first calls may build (not for a late
+        backend), and for a starved backend's compile task its wait for a slot (campaign.compiles.FirstCalls)."""
+        waits = task.kind == TaskKind.DEFERRED and task.needs_slot and task.backend in starved
+        return replace(task, slots=slots, builds=task.backend not in late, slot_wait=SLOT_WAIT_S if waits else 0.0)
+
+    def _first_calls_running(self) -> set[str]:
+        """The backends a worker's heartbeat says a first call of a module runs for (the scheduler holds back a backend
+        waiting for its first build while one runs: campaign.focus)."""
+        return {beat.get("backend", "") for beat in self.beats.values() if beat.get("first_compile")}
+
+    def _late(self, remaining: float | None) -> set[str]:
+        """The backends whose builds would outlast the `remaining` seconds (campaign.compiles.BuildTimes, with the ages
+        of the first calls the workers' heartbeats say are running; none without a time budget): no compile task, and
+        no claim of a running task builds for them (campaign.claims.write_late)."""
+        now, running = time.time(), {}
+        for beat in self.beats.values():
+            if beat.get("first_compile"):
+                b = beat.get("backend", "")
+                running[b] = max(running.get(b, 0.0), now - beat.get("started", now))
+        late = set() if remaining is None else self.build_times.late(remaining, running)
+        self.scheduler.late = late
+        self._publish("late", late, write_late)  # else the tasks' own flags still hold new builds back
+        return late
+
+    def _publish(self, name: str, value, write) -> None:
+        """`write(slots folder, value)` when `value` differs from what was last written under `name`; a failed write
+        is tried again at the next turn."""
+        if self.wcfg.slots_dir and (name not in self.published or self.published[name] != value):
+            try:
+                write(self.wcfg.slots_dir, value)
+                self.published[name] = value
+            except OSError:
+                pass
+
+    def _compile_budget(self, elapsed: float) -> int:
+        """The compile slots `elapsed` seconds in (campaign.budget: the warm-up's share, then held down while
+        evaluation is under its floor): the scheduler's compile tasks and every task's claims follow them."""
+        slots = self.budget.slots(elapsed, time.time())
+        if self.scheduler.compile_slots:  # 0: first calls are not gated (--compile-slices, --compile-share 1)
+            self.scheduler.compile_slots = slots
+            self._publish("budget", slots, write_budget)  # running tasks' claims follow it (else their own counts)
+        return slots
