@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from backends.base import Feature
 from fuzz.sizes import TIERS
-from fuzz.strategies import Limits, declared_compile_keys, focus_values
+from fuzz.strategies import Limits, compile_slices, declared_compile_keys, focus_values
 from reference.case import AttentionType, CausalAlignment, ValueDistribution
 
 from .compiles import key_text
@@ -114,7 +114,6 @@ def campaign_keys(cfg: CampaignConfig) -> dict[str, list[str]]:
 def slice_counts(cfg: CampaignConfig) -> dict[str, int]:
     """The number of compile slices of each JIT backend of the campaign (the workers cut them alike)."""
     from backends.registry import get
-    from fuzz.strategies import compile_slices
 
     out: dict[str, int] = {}
     for name in cfg.backends if cfg.compile_slices else []:

@@ -142,6 +142,7 @@ class Driver(CompileDriving):
         self.restarts = 0
         self.next_wid = 0
 
+    # --- rows -----------------------------------------------------------------------------------
     def _write(self, row: dict, wid: int | None = None) -> None:
         row.setdefault("run", self.run_no)
         if wid is not None:
