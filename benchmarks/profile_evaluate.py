@@ -16,27 +16,17 @@ import pstats
 import time
 
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
 
 from backends.registry import get
 from fuzz.compare import evaluate
-from fuzz.strategies import Limits, cases
+from fuzz.sampling import sample_cases
+from fuzz.strategies import Limits
 
 PARTS = ("materialize_s", "oracle_s", "kernel_s", "compare_s")
 
 
 def draw(backend, n: int, tiers: list[str] | None) -> list:
-    drawn = []
-    limits = Limits(tiers=tuple(tiers)) if tiers else Limits()
-
-    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate],
-              database=None, derandomize=True)
-    @given(cases(backend.caps, limits))
-    def collect(case):
-        drawn.append(case)
-
-    collect()
-    return drawn
+    return sample_cases(backend.caps, Limits(tiers=tuple(tiers)) if tiers else Limits(), n)
 
 
 def main() -> None:

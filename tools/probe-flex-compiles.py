@@ -14,24 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-
 from backends.registry import get  # noqa: E402
 from fuzz.compare import evaluate  # noqa: E402
-from fuzz.strategies import Limits, cases  # noqa: E402
-
-
-def drawn(backend, n: int) -> list:
-    out = []
-
-    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate],
-              database=None, derandomize=True)
-    @given(cases(backend.caps, Limits()))
-    def collect(case):
-        out.append(case)
-
-    collect()
-    return out
+from fuzz.sampling import sample_cases  # noqa: E402
+from fuzz.strategies import Limits  # noqa: E402
 
 
 def graphs() -> int:
@@ -53,7 +39,7 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=24)
     a = ap.parse_args()
     backend = get(a.backend)
-    todo = drawn(backend, a.examples)
+    todo = sample_cases(backend.caps, Limits(), a.examples)
     for rnd in ("cold", "warm"):
         total = time.perf_counter()
         for i, case in enumerate(todo):

@@ -26,27 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-
 from backends.registry import get  # noqa: E402
 from fuzz.compare import evaluate  # noqa: E402
-from fuzz.strategies import Limits, cases  # noqa: E402
+from fuzz.sampling import sample_cases  # noqa: E402
+from fuzz.strategies import Limits  # noqa: E402
 from reference.inputs import materialize  # noqa: E402
 
 SLOW_S = 0.5  # benchmarks/jit_campaign.py's SLOW_CALL_S
-
-
-def drawn(backend, n: int) -> list:
-    out = []
-
-    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate],
-              database=None, derandomize=True)
-    @given(cases(backend.caps, Limits()))
-    def collect(case):
-        out.append(case)
-
-    collect()
-    return out
 
 
 def cache_files() -> int:
@@ -82,7 +68,7 @@ def main() -> None:
     a = ap.parse_args()
     backend = get(a.backend)
     kinds = {"build": 0, "slow, no build": 0, "slow repeats": 0, "fast": 0}
-    for i, case in enumerate(drawn(backend, a.examples)):
+    for i, case in enumerate(sample_cases(backend.caps, Limits(), a.examples)):
         before = cache_files()
         row = evaluate(backend, case, device=a.device).row
         built = cache_files() - before
