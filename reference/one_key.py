@@ -35,10 +35,11 @@ def pair_scores(inputs: Inputs, i: int, q: Tensor, k: Tensor, key: Tensor, q_pos
     q.k x scale, soft-cap, then ALiBi and qq_bias added."""
     case = inputs.case
     scores = apply_soft_cap((q * k).sum(-1) * case.softmax_scale, case.soft_cap)
-    if inputs.alibi_slopes is not None:
-        slopes = inputs.alibi_slopes.to(scores.dtype)
-        unit = alibi_bias(torch.ones_like(slopes[:1]), q_pos[None, :], key, case.alibi.convention)[0]  # [H, q]
-        scores = scores + held(slopes[:, None] * unit, case.alibi_held_in)
+    alibi = alibi_terms(inputs, scores.dtype)
+    if alibi is not None:
+        slopes, convention, held_in = alibi
+        unit = alibi_bias(torch.ones_like(slopes[:1]), q_pos[None, :], key, convention)[0]  # [H, q]
+        scores = scores + held(slopes[:, None] * unit, held_in)
     if inputs.qq_bias is not None:
         bias = new_token_bias(inputs.qq_bias, q.shape[1], case.kv_lens[i]).to(device=q.device, dtype=scores.dtype)
         scores = scores + bias.expand(key.shape[0], -1, -1).gather(-1, key[..., None])[..., 0]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, gemm_operand, new_token_bias,
+from .attention import (CHUNK_ELEMENTS, KEY_CHUNK, Expected, add_sink, alibi_terms, gemm_operand, new_token_bias,
                         query_for_oracle, sequence_kv, spread_matters)
 from . import transfer
 from .inputs import Inputs
@@ -190,10 +190,10 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
         spreads = logit_spread(score_product(qg * qg, k * k), scores, case.softmax_scale, case.soft_cap)
         spread = torch.where(layout.mask, spreads, 0.0).amax() if spreads.numel() else spreads.new_zeros(())
     scores = apply_soft_cap(scores, case.soft_cap)
-    if inputs.alibi_slopes is not None:
+    alibi = alibi_terms(inputs, dtype)
+    if alibi is not None:
         positions = layout.q_pos.reshape(n_seq * max_q, 1)
-        bias = alibi_bias(inputs.alibi_slopes.to(dtype), positions, torch.arange(max_k, device=dev)[None],
-                          case.alibi.convention, case.alibi_held_in)  # [H, B * Q, K]
+        bias = alibi_bias(alibi[0], positions, torch.arange(max_k, device=dev)[None], *alibi[1:])  # [H, B * Q, K]
         scores = scores + bias.reshape(case.num_heads, n_seq, max_q, max_k).transpose(0, 1).to(scores.dtype)
     if layout.bias is not None:
         scores = scores + layout.bias[:, None].to(scores.dtype)
