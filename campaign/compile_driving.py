@@ -51,15 +51,12 @@ class CompileDriving:
         waits = task.kind == TaskKind.DEFERRED and task.needs_slot and task.backend in starved
         return replace(task, slots=slots, builds=task.backend not in late, slot_wait=SLOT_WAIT_S if waits else 0.0)
 
-    def _first_calls_running(self) -> set[str]:
-        """The backends a worker's heartbeat says a first call of a module runs for (the scheduler holds back a backend
-        waiting for its first build while one runs: campaign.focus)."""
-        return {beat.get("backend", "") for beat in self.beats.values() if beat.get("first_compile")}
-
     def _late(self, remaining: float | None) -> set[str]:
         """The backends whose builds would outlast the `remaining` seconds (campaign.compiles.BuildTimes, with the ages
         of the first calls the workers' heartbeats say are running; none without a time budget): no compile task, and
-        no claim of a running task builds for them (campaign.claims.write_late)."""
+        no claim of a running task builds for them (campaign.claims.write_late). The scheduler learns both: the late
+        backends, and those with a first call running (it holds back a backend waiting for its first build while one
+        runs: campaign.focus)."""
         now, running = time.time(), {}
         for beat in self.beats.values():
             if beat.get("first_compile"):
@@ -67,6 +64,7 @@ class CompileDriving:
                 running[b] = max(running.get(b, 0.0), now - beat.get("started", now))
         late = set() if remaining is None else self.build_times.late(remaining, running)
         self.scheduler.late = late
+        self.scheduler.first_calls_running = set(running)
         self._publish("late", late, write_late)  # else the tasks' own flags still hold new builds back
         return late
 

@@ -414,7 +414,6 @@ class Driver(CompileDriving):
             if grace_until is not None and (not self.slot_of or now >= grace_until):
                 break
             if grace_until is None:
-                self.scheduler.first_calls_running = self._first_calls_running()
                 assigned = self.scheduler.schedule()
                 starved = self.first_calls.starved(now, {t.backend for _, t in assigned if t.needs_slot})
                 for wid, task in assigned:

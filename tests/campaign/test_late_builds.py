@@ -48,10 +48,12 @@ def test_the_driver_publishes_late_backends_from_its_heartbeats(tmp_path):
     driver.beats[0] = {"backend": "test-fake-jit", "first_compile": True, "started": time.time() - 400.0}
     driver.beats[1] = {"backend": "other", "first_compile": False, "started": time.time() - 500.0}  # no first call
     assert driver._late(300.0) == {"test-fake-jit"} and driver.scheduler.late == {"test-fake-jit"}
+    assert driver.scheduler.first_calls_running == {"test-fake-jit"}  # the same heartbeats: campaign.focus holds back
     assert claims.late() == {"test-fake-jit"} and claims.claim("test-fake-jit", "k") is None
     assert claims.claim("other", "k") is not None and claims.slot_only() is not None  # loads go on
     driver.beats.clear()
     assert driver._late(300.0) == set() and claims.late() == frozenset()
+    assert driver.scheduler.first_calls_running == set()
     write_late(slots, {"test-fake-jit"})  # a --time run's list, then a resume with an example budget: no deadline
     resumed = Driver(cfg, _Pool(), WorkerConfig(compile_slots=3, specs=SPEC, slots_dir=str(slots)))
     assert resumed._late(None) == set() and claims.late() == frozenset()
