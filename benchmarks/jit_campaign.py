@@ -33,6 +33,7 @@ from fuzz.verdicts import Verdict  # noqa: E402
 # FA4's per soft-cap value and vLLM Triton's per shape took 1-9 s each, FA4's other calls 1-2 ms at the median
 # (results/campaigns/jit-untold-side-by-side-h200-2026-11-26.md).
 SLOW_CALL_S = 0.5
+BUILD_ROW_S = 10.0  # a first call this long is read as a build, not a load, in the minutes' table
 NO_BUILD = ("crash", "unsupported")
 
 
@@ -85,6 +86,34 @@ def worker_time(rows: list[dict], record: dict, after: float) -> dict:
             slow_s += r["kernel_s"] * share
     return dict(compile=100 * compile_s / total, evaluation=100 * evaluate_s / total, slow=100 * slow_s / total,
                 rest=100 * (1 - (compile_s + evaluate_s) / total))
+
+
+def by_minute(rows: list[dict], record: dict) -> list[dict]:
+    """Per minute of the campaign (a last part under 30 s left out): `worker_time`'s split of that minute alone, and
+    the first calls over BUILD_ROW_S that ran in it (backend, seconds, when they ended)."""
+    out, span = [], record["ended"] - record["started"]
+    for m in range(int(span // 60) + 1):
+        lo = m * 60.0
+        if span - lo < 30.0:  # the campaign's last seconds, its stop: no minute to speak of
+            break
+        window = dict(record, ended=record["started"] + min(lo + 60.0, span))
+        split = worker_time(rows, window, after=lo)
+        builds = [(r["backend"], r["compile_s"], r["t"] - record["started"]) for r in rows
+                  if (r.get("compile_s") or 0.0) > BUILD_ROW_S and r.get("t") is not None
+                  and r["t"] - r["compile_s"] < record["started"] + lo + 60.0 and r["t"] > record["started"] + lo]
+        out.append({"minute": m, **split, "builds": builds})
+    return out
+
+
+def pauses(record: dict) -> str:
+    """How often and how long the budget's build allowance held new builds back, and the allowance at the last
+    change."""
+    changes, span = record["build_pauses"], record["ended"] - record["started"]
+    paused = sum((changes[i + 1][0] if i + 1 < len(changes) else span) - e
+                 for i, (e, p, _) in enumerate(changes) if p)
+    first = next((e for e, p, _ in changes if p), None)
+    return (f"paused {sum(p for _, p, _ in changes)} times from {first:.0f} s, {paused:.0f} s in all; "
+            f"last allowance {100 * changes[-1][2]:.1f} % of the worker time" if first is not None else "never paused")
 
 
 def worker_seconds(record: dict) -> float:
@@ -145,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         steps = ", ".join(f"{e:.0f} s: {n}" + ("" if share is None else f" ({100 * share:.0f} % evaluation)")
                           for e, n, share in record["compile_slots_history"])
         print(f"compile slots after the warm-up (campaign.budget): {steps}\n")
+    if record.get("build_pauses"):  # campaign.budget: (s into the campaign, paused, builds' allowed share)
+        print(f"new builds after the warm-up (campaign.budget's allowance): {pauses(record)}\n")
     print("| backend | generated rows | rows/s (whole campaign) | keys declared | keys drawn | keys built | "
           "cases waiting at the end | dropped | failing rows | rows per minute |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -155,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nworker time after {a.after:.0f} s: JIT compile {w['compile']:.0f} %, evaluation {w['evaluation']:.0f} % "
           f"({w['slow']:.0f} points of it in kernel calls over {SLOW_CALL_S} s past a first call: builds the variant does "
           f"not name), drawing / deferring / idle {w['rest']:.0f} %")
+    print("\nby minute: worker time on JIT compiles and evaluation, and the first calls over "
+          f"{BUILD_ROW_S:.0f} s that ran in it (backend: seconds, ending at)\n")
+    print("| minute | JIT compile | evaluation | builds |")
+    print("|---|---|---|---|")
+    for m in by_minute(rows, record):
+        builds = ", ".join(f"{b}: {s:.0f} s to {end:.0f} s" for b, s, end in m["builds"])
+        print(f"| {m['minute']} | {m['compile']:.1f} % | {m['evaluation']:.1f} % | {builds} |")
     shares = task_time(record)
     if shares:
         heads = [k for k in shares[0] if k not in ("backend", "tasks", "waiting-case tasks")]

@@ -85,8 +85,9 @@ class Claim:
 # budget at one slot, FlashInfer workers still ran four builds at once, one worker five in one task
 # (campaigns/jit-untold-budget-h200-2026-11-27.md).
 BUDGET_FILE = "budget"
-# Likewise the backends whose builds would outlast the campaign (campaign.compiles.BuildTimes): a running task's first
-# calls build nothing of theirs from then on, where its own `builds` flag still says yes.
+# Likewise the backends that may not build now (campaign.compile_driving: builds that would outlast the campaign, and
+# those of backends with a module built while the budget's build allowance is spent): a running task's first calls
+# build nothing of theirs from then on, where its own `builds` flag still says yes.
 LATE_FILE = "late"
 # A compile task of a starved backend (campaign.compiles.FirstCalls) that finds every slot busy waits up to
 # SLOT_WAIT_S for one, holding this lock shared; meanwhile generation's first calls take no slot. They had won every

@@ -36,7 +36,7 @@ class CompileDriving:
         record = {"started": started, "ended": ended, "workers": self.plumbing.slots,
                   "compile_slots": self.wcfg.compile_slots, "warmup_s": WARMUP_S,
                   "compile_slots_after": compile_slots_at(WARMUP_S, self.cfg.compile_share, self.plumbing.slots),
-                  "compile_slots_history": self.budget.history,
+                  "compile_slots_history": self.budget.history, "build_pauses": self.budget.pauses,
                   "backends": self.scheduler.backlog.record(self.cfg.backends),
                   "time": self.clock.spent, "startup_s": self.clock.startup_s}
         try:
@@ -52,17 +52,30 @@ class CompileDriving:
         return replace(task, slots=slots, builds=task.backend not in late, slot_wait=SLOT_WAIT_S if waits else 0.0)
 
     def _late(self, remaining: float | None) -> set[str]:
-        """The backends whose builds would outlast the `remaining` seconds (campaign.compiles.BuildTimes, with the ages
-        of the first calls the workers' heartbeats say are running; none without a time budget): no compile task, and
-        no claim of a running task builds for them (campaign.claims.write_late). The scheduler learns both: the late
-        backends, and those with a first call running (it holds back a backend waiting for its first build while one
-        runs: campaign.focus)."""
-        now, running = time.time(), {}
+        """The backends that may not build now: those whose builds would outlast the `remaining` seconds
+        (campaign.compiles.BuildTimes, with the ages of the first calls the workers' heartbeats say are running; none
+        without a time budget); of the backends with a module built (a first build always goes ahead) those whose builds
+        would outlast the warm-up, and after it all of them while the budget's build allowance is spent
+        (campaign.budget). No compile task and no claim of a running task builds for them
+        (campaign.claims.write_late). The scheduler learns both: the late backends, and those with a first call running
+        (it holds back a backend waiting for its first build while one runs: campaign.focus)."""
+        now, running, starts = time.time(), {}, []
         for beat in self.beats.values():
             if beat.get("first_compile"):
                 b = beat.get("backend", "")
                 running[b] = max(running.get(b, 0.0), now - beat.get("started", now))
+                starts.append(beat.get("started", now))
         late = set() if remaining is None else self.build_times.late(remaining, running)
+        evaluable = {b for b in self.cfg.backends if self.scheduler.backlog.built_keys[b]}
+        warm_up_left = None if self.budget.warm_end is None else self.budget.warm_end - now
+        if warm_up_left is not None and warm_up_left > 0:
+            # a build that would run past the warm-up takes the time after it: in the cold FlashInfer campaign two
+            # builds started in its last 11 s ran on to 231-232 s, and with those started after it (at 122 and 169 s,
+            # under the ceiling's 3 slots) builds took 23-27 % of minutes 2-3's worker time
+            # (campaigns/jit-untold-cold-first-builds-h200-2026-11-29.md); one finished build is enough to tell
+            late |= evaluable & self.build_times.late(warm_up_left, running, samples=1)
+        elif self.budget.builds_paused(now, starts):
+            late |= evaluable
         self.scheduler.late = late
         self.scheduler.first_calls_running = set(running)
         self._publish("late", late, write_late)  # else the tasks' own flags still hold new builds back

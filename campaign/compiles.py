@@ -83,17 +83,19 @@ class BuildTimes:
     def record(self, backend: str, seconds: float) -> None:
         bisect.insort(self.seconds[backend], seconds)
 
-    def expected(self, backend: str) -> float | None:
-        """BUILD_QUANTILE of the backend's first calls; None before BUILD_SAMPLES of them."""
+    def expected(self, backend: str, samples: int = BUILD_SAMPLES) -> float | None:
+        """BUILD_QUANTILE of the backend's first calls; None before `samples` of them."""
         xs = self.seconds.get(backend, ())
-        return xs[int(BUILD_QUANTILE * (len(xs) - 1))] if len(xs) >= BUILD_SAMPLES else None
+        return xs[int(BUILD_QUANTILE * (len(xs) - 1))] if xs and len(xs) >= samples else None
 
-    def late(self, remaining: float, running: Mapping[str, float] | None = None) -> set[str]:
-        """The backends whose builds would likely outlast `remaining` seconds: their longest first call so far, or the
-        age of the oldest one still running (`running`: backend -> seconds), is longer."""
+    def late(self, remaining: float, running: Mapping[str, float] | None = None,
+             samples: int = BUILD_SAMPLES) -> set[str]:
+        """The backends whose builds would likely outlast `remaining` seconds: their longest first call so far (once
+        `samples` of them ended), or the age of the oldest one still running (`running`: backend -> seconds), is
+        longer."""
         running = running or {}
         return {b for b in set(self.seconds) | set(running)
-                if max(self.expected(b) or 0.0, running.get(b, 0.0)) > remaining}
+                if max(self.expected(b, samples) or 0.0, running.get(b, 0.0)) > remaining}
 
 
 class FirstCalls:

@@ -1,13 +1,15 @@
-"""campaign.budget: after the warm-up, compile slots are held down while evaluation is under its floor."""
+"""campaign.budget: after the warm-up, compile slots are held down while evaluation is under its floor, and new builds
+pause while first calls have taken more than the allowance that keeps evaluation at its floor."""
 from __future__ import annotations
 
 import json
 import time
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from benchmarks.jit_campaign import worker_time
-from campaign.budget import EVALUATION_FLOOR, CompileBudget
+from campaign.budget import EVALUATION_FLOOR, LEAST_BUILD_WORKERS, CompileBudget
 from campaign.claims import WARMUP_S
 from campaign.engine import CampaignConfig, Driver
 from campaign.tasks import WorkerConfig
@@ -25,9 +27,11 @@ def _rows(start: float, seconds: float, workers: int, build_share: float) -> lis
 def test_warm_up_then_one_slot_fewer_per_step_down_to_one_and_back_up_to_the_ceiling():
     budget = CompileBudget(0.2, 16, adjust_s=20.0)
     assert budget.slots(0.0, T0) == 5 and budget.slots(WARMUP_S - 1, T0 + WARMUP_S - 1) == 5  # the warm-up's 0.3
+    for row in _rows(T0 + WARMUP_S - 60, 60, 16, build_share=0.0):  # the warm-up's last minute all evaluation
+        budget.record(row)
+    assert budget.slots(WARMUP_S, T0 + WARMUP_S) == 3  # its window judged at once: the ceiling
     for row in _rows(T0 + WARMUP_S, 60, 16, build_share=0.5):  # half of every worker's time building
         budget.record(row)
-    assert budget.slots(WARMUP_S, T0 + WARMUP_S) == 3  # the ceiling, until a window of rows can be judged
     seen = [budget.slots(e, T0 + e) for e in (WARMUP_S + 60, WARMUP_S + 80, WARMUP_S + 100, WARMUP_S + 120)]
     assert seen[:3] == [2, 1, 1]  # under the floor: one fewer per step, never none
     later = T0 + WARMUP_S + 120
@@ -73,10 +77,112 @@ def test_the_driver_feeds_its_rows_to_the_budget_and_records_each_change(tmp_pat
     driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=5, specs=SPEC))
     driver.budget.adjust_s = 0.0
     now = time.time()
-    assert driver._compile_budget(WARMUP_S) == 3
+    assert driver._compile_budget(WARMUP_S) == 2  # no row in the warm-up's last minute: nothing evaluated, one fewer
     for row in _rows(now - 60, 60, 16, build_share=0.6):
         driver._on_row(0, dict(row, backend="test-fake-jit", phase="replay", verdict="pass"))
-    assert driver._compile_budget(WARMUP_S + 60) == 2 and driver.scheduler.compile_slots == 2
+    assert driver._compile_budget(WARMUP_S + 60) == 1 and driver.scheduler.compile_slots == 1
     driver._record_compiles(now - WARMUP_S - 60)
     history = json.loads((tmp_path / "out" / "compile_draws.json").read_text())["compile_slots_history"]
-    assert [slots for _, slots, _ in history] == [3, 2]
+    assert [slots for _, slots, _ in history] == [2, 1]
+
+
+def _evaluating(start: float, seconds: int, workers: int, duty: float) -> list[dict]:
+    """`workers` evaluating from `start`: a row a second that was busy `duty` of it (the rest: drawing, messages)."""
+    return [{"phase": "generate", "t": start + s + 1.0, "oracle_s": duty} for _ in range(workers) for s in range(seconds)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 32), st.floats(0.05, 1.0), st.floats(0.0, 0.9), st.floats(10.0, 600.0))
+def test_builds_at_the_allowance_leave_evaluation_at_its_floor(workers, duty, build_share, seconds):
+    """A second formulation of `allowed_share`: continue the campaign's split with builds taking share b, the rest of
+    the time splitting between evaluation and the remainder as it did; evaluation then ends at the floor, unless the
+    least allowance is above b (evaluation could not reach the floor even without builds: it stays under it)."""
+    budget = CompileBudget(0.2, workers)
+    budget.slots(WARMUP_S, T0 + WARMUP_S)
+    total = workers * seconds
+    built = build_share * total
+    budget.evaluated, budget.built = duty * (total - built), built
+    b = budget.allowed_share(T0 + WARMUP_S + seconds)
+    evaluating = duty * (1 - b)  # duty: evaluation's share of the time that is not builds
+    least = LEAST_BUILD_WORKERS / workers
+    if b > least + 1e-12 and b < 1.0:
+        assert abs(evaluating - EVALUATION_FLOOR) < 1e-9
+    else:
+        assert b == 1.0 or duty * (1 - least) <= EVALUATION_FLOOR + 1e-9
+
+
+def test_builds_pause_once_they_spent_their_allowance_and_resume_as_evaluation_repays_it():
+    workers, end = 16, T0 + WARMUP_S
+    budget = CompileBudget(0.2, workers)
+    budget.slots(WARMUP_S, end)
+    assert not budget.builds_paused(end - 1.0, running=[end - 50.0])  # the warm-up builds freely
+    # 100 s: 12 workers evaluate 80 % of each second, 4 build throughout (first calls still running)
+    for row in _evaluating(end, 100, 12, 0.8):
+        budget.record(row)
+    now = end + 100
+    assert budget.allowed_share(now, [end - 30.0] * 4) == pytest.approx(1 - 0.7 / 0.8)  # 960 s of 1,200
+    assert budget.builds_paused(now, [end - 30.0] * 4)  # 400 s built
+    for row in [{"phase": "generate", "t": now, "kernel_s": 130.0, "compile_s": 130.0}] * 4:  # they end
+        budget.record(row)
+    for row in _evaluating(now, 60, 16, 0.8):  # then all 16 evaluate
+        budget.record(row)
+    assert budget.builds_paused(now + 60)  # allowed: 0.125 x 2,560 = 320 s
+    for row in _evaluating(now + 60, 90, 16, 0.8):
+        budget.record(row)
+    assert not budget.builds_paused(now + 150)  # 0.125 x 4,000 = 500 s
+    assert [p for _, p, _ in budget.pauses] == [True, False]
+
+
+def test_builds_never_pause_below_half_a_worker_where_evaluation_cannot_reach_its_floor():
+    budget = CompileBudget(0.2, 16)
+    end = T0 + WARMUP_S
+    budget.slots(WARMUP_S, end)
+    for row in _evaluating(end, 100, 16, 0.6):  # 60 % evaluation without any build
+        budget.record(row)
+    assert budget.allowed_share(end + 100) == LEAST_BUILD_WORKERS / 16
+    assert not budget.builds_paused(end + 100, [end + 60.0])  # 40 s of one build: under half a worker's 100 s
+    assert budget.builds_paused(end + 100, [end + 70.0, end + 70.0])  # 60 s
+
+
+def test_a_spent_allowance_stops_builds_of_backends_with_a_module_not_a_first_build(tmp_path):
+    from campaign.claims import CompileClaims
+
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    backends = ["test-fake-jit", "test-fake-jit-variants"]
+    cfg = CampaignConfig(out=tmp_path / "out", backends=backends, seconds=3600, specs=SPEC, progress=False)
+    driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=3, specs=SPEC, slots_dir=str(slots)))
+    claims = CompileClaims(tmp_path / "keys", slots, slots=3)
+    now = time.time()
+    driver.budget.slots(WARMUP_S + 100, now)  # the warm-up ended 100 s ago
+    driver.scheduler.key_built("test-fake-jit", "k0", 0)
+    for row in _evaluating(now - 100, 100, 13, 0.8):  # 13 workers evaluate 80 % of the time, three build
+        driver.budget.record(row)
+    assert driver._late(3000.0) == set()
+    for wid in range(3):  # three first calls running since the warm-up's end: 300 s, over the 200 s allowed
+        driver.beats[wid] = {"backend": "test-fake-jit-variants", "first_compile": True, "started": now - 100.0}
+    assert driver._late(3000.0) == {"test-fake-jit"}  # the other has no module yet: its first build goes ahead
+    assert claims.claim("test-fake-jit", "k1") is None and claims.slot_only() is not None  # loads go on
+    assert claims.claim("test-fake-jit-variants", "k1") is not None
+    driver.beats.clear()
+    assert driver._late(3000.0) == set() and claims.late() == frozenset()
+    driver._record_compiles(now - WARMUP_S - 100)
+    record = json.loads((tmp_path / "out" / "compile_draws.json").read_text())
+    assert [p for _, p, _ in record["build_pauses"]] == [True, False]
+
+
+def test_in_the_warm_up_a_build_that_would_outlast_it_waits_unless_it_is_the_backends_first(tmp_path):
+    backends = ["test-fake-jit", "test-fake-jit-variants"]
+    cfg = CampaignConfig(out=tmp_path / "out", backends=backends, seconds=3600, specs=SPEC, progress=False)
+    driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=5, specs=SPEC))
+    now = time.time()
+    driver.budget.slots(WARMUP_S - 30, now)  # 30 s of the warm-up left
+    driver.scheduler.key_built("test-fake-jit", "k0", 0)
+    driver.build_times.record("test-fake-jit", 20.0)  # one build: 20 s
+    driver.build_times.record("test-fake-jit-variants", 100.0)  # no module yet (its build failed): a first build
+    assert driver._late(3000.0) == set()
+    driver.build_times.record("test-fake-jit", 40.0)  # the longest first call so far would end past the warm-up
+    assert driver._late(3000.0) == {"test-fake-jit"}
+    driver.build_times.seconds.clear()
+    driver.beats[0] = {"backend": "test-fake-jit", "first_compile": True, "started": now - 35.0}  # running for 35 s
+    assert driver._late(3000.0) == {"test-fake-jit"}

@@ -5,6 +5,7 @@ once, and a second campaign over the same cache starts with the first one's keys
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pandas as pd
@@ -165,7 +166,8 @@ def test_a_compile_task_runs_beside_generation_in_each_free_slot():
 
 def test_after_the_warm_up_fewer_compile_tasks_go_out(tmp_path):
     """The driver's compile budget (campaign.claims.compile_slots_at): 16 workers at the default share build in 5 slots
-    (4 compile tasks beside generation, one slot kept for loads) during the warm-up and in 3 (2 compile tasks) after."""
+    (4 compile tasks beside generation, one slot kept for loads) during the warm-up and in 3 (2 compile tasks) after,
+    while evaluation keeps above its floor."""
     from campaign.claims import WARMUP_S
     from campaign.engine import Driver
     from campaign.tasks import WorkerConfig
@@ -186,6 +188,10 @@ def test_after_the_warm_up_fewer_compile_tasks_go_out(tmp_path):
         return len(busy), slots
 
     assert compile_tasks(0.0) == (4, 5)
+    now = time.time()
+    for w in range(16):  # the warm-up's last minute all evaluation: the budget stays at its ceiling
+        for t in range(60):
+            driver.budget.record({"phase": "generate", "t": now - 59 + t, "oracle_s": 1.0})
     assert compile_tasks(WARMUP_S) == (2, 3)
 
 
