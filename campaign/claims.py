@@ -85,10 +85,13 @@ class Claim:
 # budget at one slot, FlashInfer workers still ran four builds at once, one worker five in one task
 # (campaigns/jit-untold-budget-h200-2026-11-27.md).
 BUDGET_FILE = "budget"
-# Likewise the backends that may not build now (campaign.compile_driving: builds that would outlast the campaign, and
-# those of backends with a module built while the budget's build allowance is spent): a running task's first calls
-# build nothing of theirs from then on, where its own `builds` flag still says yes.
+# Likewise the backends whose builds would outlast the campaign, or, in the warm-up, the warm-up
+# (campaign.compile_driving): a running task's first calls build nothing of theirs from then on, where its own `builds`
+# flag still says yes.
 LATE_FILE = "late"
+# The backends whose new builds pause (campaign.budget's allowance spent): generation's first calls build nothing of
+# theirs; the driver's compile tasks still do (it hands them out only for keys that bring new values).
+PAUSED_FILE = "paused"
 # A compile task of a starved backend (campaign.compiles.FirstCalls) that finds every slot busy waits up to
 # SLOT_WAIT_S for one, holding this lock shared; meanwhile generation's first calls take no slot. They had won every
 # freed slot before: on an H200, fa4-varlen's first calls (2-12 s each, 2.7-3.5 slots busy in minutes 1-2) left
@@ -112,6 +115,11 @@ def write_budget(slots_root: str | os.PathLike, slots: int) -> None:
 def write_late(slots_root: str | os.PathLike, backends: set[str]) -> None:
     """Publish the backends no worker's claim may build for any more (one name a line)."""
     _publish(Path(slots_root) / LATE_FILE, "".join(f"{b}\n" for b in sorted(backends)))
+
+
+def write_paused(slots_root: str | os.PathLike, backends: set[str]) -> None:
+    """Publish the backends only compile tasks may build for now (one name a line)."""
+    _publish(Path(slots_root) / PAUSED_FILE, "".join(f"{b}\n" for b in sorted(backends)))
 
 
 class CompileClaims:
@@ -158,8 +166,15 @@ class CompileClaims:
 
     def late(self) -> frozenset[str]:
         """The backends the driver published as late (write_late): none while it published nothing."""
+        return self._names(LATE_FILE)
+
+    def paused(self) -> frozenset[str]:
+        """The backends the driver published as paused (write_paused): none while it published nothing."""
+        return self._names(PAUSED_FILE)
+
+    def _names(self, file: str) -> frozenset[str]:
         try:
-            return frozenset((self.slots_root / LATE_FILE).read_text().split())
+            return frozenset((self.slots_root / file).read_text().split())
         except OSError:
             return frozenset()
 
@@ -192,11 +207,13 @@ class CompileClaims:
         finally:
             os.close(want)
 
-    def claim(self, backend: str, key: str, covers: str = "", space: str = "", wait_s: float = 0.0) -> Claim | None:
+    def claim(self, backend: str, key: str, covers: str = "", space: str = "", wait_s: float = 0.0,
+              compile_task: bool = False) -> Claim | None:
         """The right to build `key` (of compile key `covers` when a variant) now, its lock (in `space`: shared modules)
-        and a slot (waited for up to `wait_s`: `_slot`), or None: another process builds it, every slot is busy, or the
-        backend's builds would outlast the campaign (write_late)."""
-        if backend in self.late():
+        and a slot (waited for up to `wait_s`: `_slot`), or None: another process builds it, every slot is busy, the
+        backend's builds would outlast the campaign (write_late), or they pause and this is no `compile_task`
+        (write_paused)."""
+        if backend in self.late() or (not compile_task and backend in self.paused()):
             return None
         lock, _ = self._paths(backend, key, space)
         key_fd = _try_lock(lock)

@@ -11,7 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from .caches import KEYS_FOLDER, cache_root
-from .claims import SLOT_WAIT_S, WARMUP_S, built_modules, compile_slots_at, write_budget, write_late
+from .claims import (SLOT_WAIT_S, WARMUP_S, built_modules, compile_slots_at, write_budget, write_late,
+                     write_paused)
 from .tasks import Task, TaskKind
 
 
@@ -54,11 +55,14 @@ class CompileDriving:
     def _late(self, remaining: float | None) -> set[str]:
         """The backends that may not build now: those whose builds would outlast the `remaining` seconds
         (campaign.compiles.BuildTimes, with the ages of the first calls the workers' heartbeats say are running; none
-        without a time budget); of the backends with a module built (a first build always goes ahead) those whose builds
-        would outlast the warm-up, and after it all of them while the budget's build allowance is spent
-        (campaign.budget). No compile task and no claim of a running task builds for them
-        (campaign.claims.write_late). The scheduler learns both: the late backends, and those with a first call running
-        (it holds back a backend waiting for its first build while one runs: campaign.focus)."""
+        without a time budget), and of those with a module built (a first build always goes ahead) the ones whose builds
+        would outlast the warm-up. No compile task and no claim of a running task builds for them
+        (campaign.claims.write_late). After the warm-up, while the budget's build allowance is spent (campaign.budget),
+        the other backends with a module built pause: generation's first calls build nothing of theirs, and their
+        compile tasks go only to keys that bring a value no built key of theirs has (campaign.claims.write_paused:
+        without that, ten minutes of FlashInfer built 13 keys, and 14 declared values got no row). The scheduler learns
+        them all, and the backends with a first call running (it holds back a backend waiting for its first build while
+        one runs: campaign.focus)."""
         now, running, starts = time.time(), {}, []
         for beat in self.beats.values():
             if beat.get("first_compile"):
@@ -74,11 +78,12 @@ class CompileDriving:
             # under the ceiling's 3 slots) builds took 23-27 % of minutes 2-3's worker time
             # (campaigns/jit-untold-cold-first-builds-h200-2026-11-29.md); one finished build is enough to tell
             late |= evaluable & self.build_times.late(warm_up_left, running, samples=1)
-        elif self.budget.builds_paused(now, starts):
-            late |= evaluable
-        self.scheduler.late = late
+        paused = evaluable - late if warm_up_left is not None and warm_up_left <= 0 and \
+            self.budget.builds_paused(now, starts) else set()
+        self.scheduler.late, self.scheduler.paused = late, paused
         self.scheduler.first_calls_running = set(running)
         self._publish("late", late, write_late)  # else the tasks' own flags still hold new builds back
+        self._publish("paused", paused, write_paused)
         return late
 
     def _publish(self, name: str, value, write) -> None:

@@ -168,11 +168,13 @@ class Backlog:
             entry.building = False
 
     def take(self, *, built: bool, skip: set[str] = frozenset(), here: set[tuple[str, str]] | None = None,
-             elsewhere: set[tuple[str, str]] = frozenset(), loads: bool = True,
-             fresh: bool = False) -> tuple[str, str, str, list[tuple[str, dict]]] | None:
+             elsewhere: set[tuple[str, str]] = frozenset(), loads: bool = True, fresh: bool = False,
+             breadth_only: set[str] = frozenset()) -> tuple[str, str, str, list[tuple[str, dict]]] | None:
         """(backend, compile key, module, cases) of a built module's waiting cases (built=True), or of the unbuilt
         module with the most cases, marked building (built=False); None when there is none. Backends in `skip` are left
-        out; `fresh`: not modules whose cases were given back since the last first call ended (held).
+        out, those in `breadth_only` offer only modules of keys with a value (dtype, head sizes, kv dtype, feature) no
+        built key of theirs has (their builds pause: campaign.budget); `fresh`: not modules whose cases were given
+        back since the last first call ended (held).
 
         With `here` (the modules the asking worker has loaded) a built module goes to it when it has it loaded, when
         no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a first call costs seconds in each
@@ -180,7 +182,7 @@ class Backlog:
         compile slot was busy lately): only to a worker that has the module loaded."""
         ready = [(b, u) for (b, u), e in self.modules.items()
                  if e.cases and not e.building and b not in skip and (u in self.built[b]) == built
-                 and not (fresh and e.held)]
+                 and not (fresh and e.held) and (b not in breadth_only or self.new_values(b, e.key))]
         if built and here is not None:
             ready = [bu for bu in ready if bu in here or loads and (
                 bu not in elsewhere or len(self.modules[bu].cases) >= LOAD_BATCH)]
@@ -222,6 +224,10 @@ class Backlog:
             return (new_key if breadth else 0, new_values if breadth else 0, -len(self.built[backend]),
                     len(entry.cases), entry.dropped, new_key)
         return order
+
+    def new_values(self, backend: str, key: str) -> frozenset:
+        """The values of compile key `key` that no built key of `backend` has."""
+        return key_values(key) - frozenset().union(*map(key_values, self.built_keys[backend]))
 
     def waiting(self, backend: str | None = None) -> int:
         return sum(len(e.cases) for (b, _), e in self.modules.items() if backend in (None, b))

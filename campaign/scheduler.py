@@ -109,6 +109,8 @@ class Scheduler(ShardFocus):
         self.slots_busy = False  # a compile task found no free slot: none goes out before a first call ends
         self.pins = PinLender()
         self.late: set[str] = set()  # backends whose builds would outlast the campaign (campaign.compiles.BuildTimes)
+        # backends whose new builds pause (campaign.budget's allowance): compile tasks only of keys with new values
+        self.paused: set[str] = set()
         # backend -> its modules built when a whole-space shard of it last stalled without a row (_focus)
         self.whole_stalled: dict[str, int] = {}
         self.first_calls_running: set[str] = set()  # backends whose first call of a module runs in a worker (engine)
@@ -303,7 +305,8 @@ class Scheduler(ShardFocus):
         return self._generate_for(backend, create=True, wid=wid)
 
     def _deferred_task(self, built: bool, needs_slot: bool = False, **where) -> Task | None:
-        taken = self.backlog.take(built=built, skip=set(self.broken) | (set() if built else self.late), **where)
+        taken = self.backlog.take(built=built, skip=set(self.broken) | (set() if built else self.late),
+                                  breadth_only=set() if built else self.paused, **where)
         if taken is None:
             return None
         backend, key, unit, cases = taken

@@ -300,15 +300,16 @@ class Worker:
                    "kind": task.kind.value, "task_s": time.perf_counter() - started, **shard, **self.spent})
 
     # --- tasks ----------------------------------------------------------------------------------
-    def _defers(self, backend, case: Case, built: frozenset[str],
-                wait_s: float = 0.0) -> tuple[tuple[str, str] | None, Claim | None]:
+    def _defers(self, backend, case: Case, built: frozenset[str], wait_s: float = 0.0,
+                compile_task: bool = False) -> tuple[tuple[str, str] | None, Claim | None]:
         """((the case's compile key, its module) when the case waits for the module, None) or (None, the claim to build
         or load its module here now; None when this process has run it, or loads it without a slot): campaign.claims.
         Building a module and loading a built one into this process both take a compile slot (measured on an H100:
         FA4's first calls take 2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads
         in process (Backend.loads_in_process); a case waits while another process builds its module or every slot is
         busy, and the driver hands it to a worker that has the module loaded. `wait_s`: a starved backend's compile task
-        waits that long for a slot, ahead of generation's claims (Task.slot_wait)."""
+        waits that long for a slot, ahead of generation's claims (Task.slot_wait); a `compile_task` builds while
+        builds pause (campaign.claims.write_paused)."""
         gated = self._module(backend, case)
         if gated is None or (backend.name, gated[1]) in self._units:
             return None, None
@@ -319,7 +320,8 @@ class Worker:
         if built_here and backend.loads_in_process:  # a load on this worker's own core: no slot (Backend)
             return None, None
         claim = self.claims.slot_only(wait_s) if built_here else self.claims.claim(
-            backend.name, unit, covers=text, space=backend.jit_module_space or "", wait_s=wait_s)
+            backend.name, unit, covers=text, space=backend.jit_module_space or "", wait_s=wait_s,
+            compile_task=compile_task)
         return (gated, None) if claim is None else (None, claim)
 
     def _module(self, backend, case: Case) -> tuple[str, str] | None:
@@ -532,7 +534,7 @@ class Worker:
             claim = None
             if task.needs_slot:  # beside generation: a first call here (a build or a load) only in a free slot
                 wait_s = task.slot_wait if deadline is None else min(task.slot_wait, max(0.0, deadline - time.time()))
-                waits_for, claim = self._defers(backend, case, frozenset(), wait_s)
+                waits_for, claim = self._defers(backend, case, frozenset(), wait_s, compile_task=True)
                 if waits_for is not None:  # another process builds it, or every slot is busy: the cases wait again
                     for text2, where2 in zip(task.cases[n:], task.wheres[n:]):
                         self.send({"type": "deferred", "key": task.key, "unit": task.unit or task.key, "case": text2,

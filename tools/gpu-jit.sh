@@ -9,7 +9,9 @@
 # SLEEP=N: the seconds PART=start waits before it shows the campaign's first lines (40; 5 lets the next start sooner).
 # A warm run is the same command with another NAME and the same CACHE. Into $OUT: NAME.log (device, versions, the
 # campaign's live lines), NAME.md (benchmarks/jit_campaign.py, benchmarks/throughput.py), NAME-summary.md,
-# NAME-compile_keys.csv, NAME-compile_draws.json, NAME-rows.jsonl.xz (tools/analysis/first-calls.py reads it).
+# NAME-compile_keys.csv, NAME-compile_draws.json, NAME-rows.jsonl.xz (tools/analysis/first-calls.py reads it; a
+# 10-minute FlashInfer campaign's is about 100 MB, over what a call brings back). NO_SPLIT=1 leaves out
+# benchmarks/throughput.py's split (a minute or two on 300,000 rows) and the rows' copy where device time is short.
 # PART=until NAME=... waits for the end only, so the next campaign can start before this one's report; PART=pack packs
 # the log and the results folder into $OUT/NAME.tar.xz.part.aa, .ab, ... (15 MiB each: a file over 16 MiB does not
 # come back; a 10-minute campaign's folder packs to about 26 MB) for a report here:
@@ -52,11 +54,11 @@ case ${PART:-start} in
     cp "/tmp/jit-res/$NAME.log" "$OUT/$NAME.log"
     if kill -0 "$pid" 2> /dev/null; then echo "still running"; tail -3 "$OUT/$NAME.log"; exit 0; fi
     cd "$RUN" && export PYTHONPATH=$RUN:${PYTHONPATH:-}
-    xz -1 -T4 -c "$RES/rows.jsonl" > "$OUT/$NAME-rows.jsonl.xz"  # every field: compile_s, first_of_key, focus_key
+    [ -n "${NO_SPLIT:-}" ] || xz -1 -T4 -c "$RES/rows.jsonl" > "$OUT/$NAME-rows.jsonl.xz"  # every field
     cp "$RES/compile_draws.json" "$OUT/$NAME-compile_draws.json" 2>/dev/null
     timeout 120 python3 -m cli report "$RES" > /dev/null 2>&1
-    { echo "### $NAME"; python3 benchmarks/jit_campaign.py "$RES"; echo; python3 benchmarks/throughput.py "$RES"; } \
-      > "$OUT/$NAME.md" 2>&1
+    { echo "### $NAME"; python3 benchmarks/jit_campaign.py "$RES"; echo
+      [ -n "${NO_SPLIT:-}" ] || python3 benchmarks/throughput.py "$RES"; } > "$OUT/$NAME.md" 2>&1
     cp "$RES/summary.md" "$OUT/$NAME-summary.md" 2>/dev/null
     cp "$RES/compile_keys.csv" "$OUT/$NAME-compile_keys.csv" 2>/dev/null
     grep -E "^\[" "$OUT/$NAME.log" | awk 'NR % 4 == 0' | tail -12; tail -4 "$OUT/$NAME.log"; cat "$OUT/$NAME.md" ;;

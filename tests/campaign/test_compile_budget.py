@@ -144,7 +144,7 @@ def test_builds_never_pause_below_half_a_worker_where_evaluation_cannot_reach_it
     assert budget.builds_paused(end + 100, [end + 70.0, end + 70.0])  # 60 s
 
 
-def test_a_spent_allowance_stops_builds_of_backends_with_a_module_not_a_first_build(tmp_path):
+def test_a_spent_allowance_pauses_builds_of_backends_with_a_module_but_not_a_first_build(tmp_path):
     from campaign.claims import CompileClaims
 
     slots = tmp_path / "slots"
@@ -158,17 +158,37 @@ def test_a_spent_allowance_stops_builds_of_backends_with_a_module_not_a_first_bu
     driver.scheduler.key_built("test-fake-jit", "k0", 0)
     for row in _evaluating(now - 100, 100, 13, 0.8):  # 13 workers evaluate 80 % of the time, three build
         driver.budget.record(row)
-    assert driver._late(3000.0) == set()
+    assert driver._late(3000.0) == set() and driver.scheduler.paused == set()
     for wid in range(3):  # three first calls running since the warm-up's end: 300 s, over the 200 s allowed
         driver.beats[wid] = {"backend": "test-fake-jit-variants", "first_compile": True, "started": now - 100.0}
-    assert driver._late(3000.0) == {"test-fake-jit"}  # the other has no module yet: its first build goes ahead
+    assert driver._late(3000.0) == set()  # not late: paused
+    assert driver.scheduler.paused == {"test-fake-jit"}  # the other has no module yet: its first build goes ahead
     assert claims.claim("test-fake-jit", "k1") is None and claims.slot_only() is not None  # loads go on
-    assert claims.claim("test-fake-jit-variants", "k1") is not None
+    assert claims.claim("test-fake-jit", "k1", compile_task=True) is not None  # the driver's compile tasks build
+    assert claims.claim("test-fake-jit-variants", "k2") is not None
     driver.beats.clear()
-    assert driver._late(3000.0) == set() and claims.late() == frozenset()
+    assert driver._late(3000.0) == set() and claims.paused() == frozenset()
     driver._record_compiles(now - WARMUP_S - 100)
     record = json.loads((tmp_path / "out" / "compile_draws.json").read_text())
     assert [p for _, p, _ in record["build_pauses"]] == [True, False]
+
+
+def test_while_builds_pause_compile_tasks_go_only_to_keys_with_new_values():
+    """The keys' values: dtype, head sizes, kv dtype and features (campaign.compiles.key_values)."""
+    from campaign.compiles import Backlog
+
+    def key(dtype, feature=None):
+        return json.dumps([dtype, [64, 64], "auto"] + ([feature] if feature else []))
+
+    backlog = Backlog()
+    backlog.mark_built("fi", key("bfloat16", "window"))
+    for n, k in enumerate([key("bfloat16"), key("bfloat16", "window"), key("float16")] * 3):
+        backlog.defer("fi", k, f"case-{n}", {"shard": 1, "index": n + 1})
+    backlog.defer("fi", key("bfloat16"), "one more", {"shard": 1, "index": 10})  # the largest backlog
+    taken = backlog.take(built=False, breadth_only={"fi"})
+    assert taken is not None and taken[1] == key("float16")  # float16 is new; bfloat16 without a window is not
+    assert backlog.take(built=False, breadth_only={"fi"}) is None  # nothing else brings a new value
+    assert backlog.take(built=False)[1] == key("bfloat16")  # not paused: the rest as before
 
 
 def test_in_the_warm_up_a_build_that_would_outlast_it_waits_unless_it_is_the_backends_first(tmp_path):
