@@ -18,7 +18,7 @@ from .tasks import Task, TaskKind
 
 class CompileDriving:
     """Methods of campaign.engine.Driver; they read its cfg, wcfg, plumbing, scheduler, beats, clock, build_times,
-    budget and published."""
+    budget, progress and published."""
 
     def _known_builds(self) -> None:
         """Modules an earlier campaign over the same cache built (campaign.claims' markers): their cases go out at
@@ -81,6 +81,7 @@ class CompileDriving:
         paused = evaluable - late if warm_up_left is not None and warm_up_left <= 0 and \
             self.budget.builds_paused(now, starts) else set()
         self.scheduler.late, self.scheduler.paused = late, paused
+        self.progress.paused = paused
         self.scheduler.first_calls_running = set(running)
         self._publish("late", late, write_late)  # else the tasks' own flags still hold new builds back
         self._publish("paused", paused, write_paused)

@@ -27,6 +27,7 @@ class Progress:
         self.waiting: Counter[str] = Counter()
         self.row_s: Counter[str] = Counter()
         self.compile_s: Counter[str] = Counter()
+        self.paused: set[str] = set()  # backends whose new builds pause (campaign.budget's allowance)
         self._last = 0.0
 
     def deferred(self, backend: str) -> None:
@@ -62,6 +63,8 @@ class Progress:
             if self.keys[backend]:  # a JIT backend: keys built, cases waiting for theirs, share of row time compiling
                 share = self.compile_s[backend] / max(self.row_s[backend], 1e-9)
                 part += f" keys={len(self.keys[backend])} waiting={self.waiting[backend]} compile={100 * share:.0f}%"
+                if backend in self.paused:
+                    part += " (builds paused: new values only)"
             parts.append(part)
         total = sum(self.generated.values())
         return f"[{now - self.start:6.0f}s] {total} examples ({total / max(now - self.start, 1e-9):.1f}/s): " + \

@@ -163,6 +163,8 @@ def test_a_spent_allowance_pauses_builds_of_backends_with_a_module_but_not_a_fir
         driver.beats[wid] = {"backend": "test-fake-jit-variants", "first_compile": True, "started": now - 100.0}
     assert driver._late(3000.0) == set()  # not late: paused
     assert driver.scheduler.paused == {"test-fake-jit"}  # the other has no module yet: its first build goes ahead
+    driver.progress.row({"backend": "test-fake-jit", "phase": "generate", "compile_key": "k0", "verdict": "pass"})
+    assert "test-fake-jit 1 " in driver.progress.line() and "builds paused" in driver.progress.line()
     assert claims.claim("test-fake-jit", "k1") is None and claims.slot_only() is not None  # loads go on
     assert claims.claim("test-fake-jit", "k1", compile_task=True) is not None  # the driver's compile tasks build
     assert claims.claim("test-fake-jit-variants", "k2") is not None
