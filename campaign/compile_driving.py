@@ -70,7 +70,9 @@ class CompileDriving:
                 running[b] = max(running.get(b, 0.0), now - beat.get("started", now))
                 starts.append(beat.get("started", now))
         late = set() if remaining is None else self.build_times.late(remaining, running)
-        evaluable = {b for b in self.cfg.backends if self.scheduler.backlog.built_keys[b]}
+        # the budget's rules hold where compile tasks build (not with --compile-slices or --compile-share 1)
+        evaluable = {b for b in self.cfg.backends if self.scheduler.backlog.built_keys[b]} \
+            if self.scheduler.compile_slots else set()
         warm_up_left = None if self.budget.warm_end is None else self.budget.warm_end - now
         if warm_up_left is not None and warm_up_left > 0:
             # a build that would run past the warm-up takes the time after it: in the cold FlashInfer campaign two
@@ -78,7 +80,7 @@ class CompileDriving:
             # under the ceiling's 3 slots) builds took 23-27 % of minutes 2-3's worker time
             # (campaigns/jit-untold-cold-first-builds-h200-2026-11-29.md); one finished build is enough to tell
             late |= evaluable & self.build_times.late(warm_up_left, running, samples=1)
-        paused = evaluable - late if warm_up_left is not None and warm_up_left <= 0 and \
+        paused = evaluable - late if evaluable and warm_up_left is not None and warm_up_left <= 0 and \
             self.budget.builds_paused(now, starts) else set()
         self.scheduler.late, self.scheduler.paused = late, paused
         self.progress.paused = paused

@@ -27,11 +27,11 @@ from .declarations import campaign_keys, declare, slice_counts
 from .profiling import driver_profile
 from .progress import Progress
 from .scheduler import Scheduler
-from .store import RowStore, prepare, read_rows, resume_state, saved_cases
+from .store import RowStore, case_payload, prepare, read_rows, resume_state, saved_cases
 from .tasks import Task, TaskKind, WorkerConfig
 from .tasks import cores as available_cores
 from .machine import default_workers, gpu_mem_gib, visible_gpus
-from .worker import STICKY_EXIT, case_payload
+from .sticky import STICKY_EXIT
 
 EXIT_CLEAN, EXIT_NEW_FAILURES, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 # A backend gets no more tasks after this many harness errors in its tasks (each is reported, and the campaign exits 3):

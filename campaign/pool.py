@@ -184,7 +184,8 @@ def serve(fd: int, config: WorkerConfig) -> int:
     torch.set_num_threads(config.threads)
     if config.keep_freed_memory:  # each case's tensors from the heap the last one left (campaign.allocator)
         keep_freed_memory()
-    from .worker import StickyDeviceError, Worker, STICKY_EXIT
+    from .sticky import STICKY_EXIT, StickyDeviceError
+    from .worker import Worker
 
     out = os.fdopen(fd, "w", buffering=1 << 16)
     lock = threading.Lock()

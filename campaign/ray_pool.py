@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .allocator import keep_freed_memory
 from .tasks import Task, WorkerConfig, cores
-from .worker import STICKY_EXIT
+from .sticky import STICKY_EXIT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,7 @@ class _WorkerActor:
     def run(self, task: dict, deadline: float | None) -> str:
         import traceback
 
-        from .worker import StickyDeviceError
+        from .sticky import StickyDeviceError
 
         task_ = Task.from_dict(task)
         try:

@@ -1,4 +1,5 @@
-"""The row store: rows.jsonl written by one writer (the campaign's driver), minimal cases beside it.
+"""The row store: rows.jsonl written by one writer (the campaign's driver), minimal cases beside it, and what a case
+file holds (`case_payload`).
 
 Workers never write files: they send rows and case payloads to the driver, which appends each row
 as one line and flushes it, so rows from concurrent workers (local or on Ray nodes) never
@@ -9,10 +10,15 @@ from __future__ import annotations
 
 import base64
 import errno
+import hashlib
 import io
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the store itself needs no torch
+    from fuzz.compare import Evaluation
 
 ROWS = "rows.jsonl"
 
@@ -152,3 +158,23 @@ def saved_cases(out: Path, backends: list[str]) -> dict[str, tuple[str, ...]]:
         if backend in backends and isinstance(payload.get("case"), dict):
             found.setdefault(backend, []).append(json.dumps(payload["case"]))
     return {b: tuple(c) for b, c in found.items()}
+
+
+def case_payload(backend: str, row: dict, evaluation: Evaluation | None) -> tuple[str, dict, str | None]:
+    """(file stem, JSON payload, base64 tensors) of a case file: the case, its verdict and row, and the
+    expected / actual tensors the report draws."""
+    digest = hashlib.sha1(row["case"].encode()).hexdigest()[:10]
+    payload = {"backend": backend, "verdict": row["verdict"], "case": json.loads(row["case"]),
+               "row": {k: v for k, v in row.items() if k != "case"}}
+    tensors = None
+    if evaluation is not None and evaluation.expected is not None:
+        a = evaluation.actual
+        try:
+            tensors = tensors_b64({
+                "expected_output": evaluation.expected.output.cpu(), "expected_lse": evaluation.expected.lse.cpu(),
+                "actual_output": a.output.detach().cpu() if a is not None else None,
+                "actual_lse": a.lse.detach().cpu() if a is not None and a.lse is not None else None,
+                "query_start_loc": evaluation.inputs.query_start_loc.cpu()})
+        except RuntimeError as e:  # a sticky device error (found on an H100 with FA4): the case is saved without tensors
+            payload["tensors_lost"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return f"{backend}-{digest}", payload, tensors

@@ -8,12 +8,14 @@ Messages (plain dicts):
   row      {row}                                   one evaluated example (generate, shrink, replay)
   minimal  {row, payload, tensors}                 a shrunk (or unshrinkable) failure and its case file
   done     {exhausted}                             the task ended; exhausted: the shard had no more cases
+
+Generation and replays are here; shrinks in campaign.shrinking, JIT first calls under claims and the tasks of cases
+that waited for their module in campaign.module_claims, sticky device errors in campaign.sticky.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -27,20 +29,21 @@ from fuzz.compare import Evaluation, base_row, crash_message, evaluate
 from fuzz.judge import Verdict
 from fuzz.ledger import known_crash_for, known_for
 from fuzz.shapes import pin_shape, pins_text
-from fuzz.simplify import simplify
 from fuzz.strategies import Limits, cases, compile_key, compile_slices, key_limits
 from fuzz.warm_up import warm_up_cases
 from reference.case import Case
 
-from .buckets import row_symptoms
 from .caches import KEYS_FOLDER, PREFIXES_FOLDER, cache_root
-from .claims import Claim, CompileClaims, built_by
+from .claims import CompileClaims
 from .compiles import key_text
 from .drawing import (PINNED_PREFIX_SEEDS, PREFIX_SEEDS, Fresh, PrefixStore, fixed_prefix, hypothesis_settings,
                       pin_hypothesis_constants)
+from .module_claims import ModuleClaims
 from .profiling import TaskProfiler
-from .store import tensors_b64
-from .tasks import Task, TaskKind, WorkerConfig, cores, shard_seed
+from .shrinking import Shrinking
+from .sticky import StickyDeviceError, sticky_crash, sticky_device_error
+from .store import case_payload
+from .tasks import Task, TaskKind, WorkerConfig, shard_seed
 
 # Where a generation task's seconds go besides hypothesis' own start and end (`done` messages; compile_draws.json):
 # building its strategy and fixed prefix, drawing cases evaluated here, evaluating them (rows and messages), drawing
@@ -56,59 +59,11 @@ SPENT = ("setup_s", "draw_s", "evaluated_s", "deferred_draw_s", "variant_draw_s"
 # workers' time (campaigns/jit-untold-side-by-side-h200-2026-11-27.md). Eight keep a module's backlog fed for its build.
 STALL_DRAWS = 8
 
-STICKY_EXIT = 3  # a worker's exit status after a sticky device error: its rows are sent, start a fresh one
-
-_STICKY = ("illegal memory access", "device-side assert", "unspecified launch failure", "misaligned address",
-           "an illegal instruction")
-
-
-def sticky_device_error(message: str) -> bool:
-    """CUDA errors after which the process's CUDA context cannot be used again."""
-    return any(s in message for s in _STICKY)
-
-
-def sticky_crash(row: dict) -> bool:
-    """Whether the row is a crash with a sticky device error: nothing more can run on this process's device."""
-    return row["verdict"] == Verdict.CRASH.value and sticky_device_error(row.get("message", ""))
-
-
-class StickyDeviceError(Exception):
-    """Raised after a sticky device error was reported: the process must end (status STICKY_EXIT)."""
-
-
 class _Stop(Exception):
     pass
 
 
-class _Found(AssertionError):
-    pass
-
-
-class _DeviceLost(Exception):
-    """A simplification step crashed with a sticky device error: no later step can run in this process."""
-
-
-def case_payload(backend: str, row: dict, evaluation: Evaluation | None) -> tuple[str, dict, str | None]:
-    """(file stem, JSON payload, base64 tensors) of a case file: the case, its verdict and row, and the
-    expected / actual tensors the report draws."""
-    digest = hashlib.sha1(row["case"].encode()).hexdigest()[:10]
-    payload = {"backend": backend, "verdict": row["verdict"], "case": json.loads(row["case"]),
-               "row": {k: v for k, v in row.items() if k != "case"}}
-    tensors = None
-    if evaluation is not None and evaluation.expected is not None:
-        a = evaluation.actual
-        try:
-            tensors = tensors_b64({
-                "expected_output": evaluation.expected.output.cpu(), "expected_lse": evaluation.expected.lse.cpu(),
-                "actual_output": a.output.detach().cpu() if a is not None else None,
-                "actual_lse": a.lse.detach().cpu() if a is not None and a.lse is not None else None,
-                "query_start_loc": evaluation.inputs.query_start_loc.cpu()})
-        except RuntimeError as e:  # a sticky device error (found on an H100 with FA4): the case is saved without tensors
-            payload["tensors_lost"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return f"{backend}-{digest}", payload, tensors
-
-
-class Worker:
+class Worker(ModuleClaims, Shrinking):
     def __init__(self, config: WorkerConfig, send: Callable[[dict], None],
                  should_stop: Callable[[], bool] = lambda: False) -> None:
         pin_hypothesis_constants()
@@ -300,63 +255,6 @@ class Worker:
                    "kind": task.kind.value, "task_s": time.perf_counter() - started, **shard, **self.spent})
 
     # --- tasks ----------------------------------------------------------------------------------
-    def _defers(self, backend, case: Case, built: frozenset[str], wait_s: float = 0.0,
-                compile_task: bool = False) -> tuple[tuple[str, str] | None, Claim | None]:
-        """((the case's compile key, its module) when the case waits for the module, None) or (None, the claim to build
-        or load its module here now; None when this process has run it, or loads it without a slot): campaign.claims.
-        Building a module and loading a built one into this process both take a compile slot (measured on an H100:
-        FA4's first calls take 2-5 s in each process, FlashInfer's builds 5-400 s), except a load of a backend that loads
-        in process (Backend.loads_in_process); a case waits while another process builds its module or every slot is
-        busy, and the driver hands it to a worker that has the module loaded. `wait_s`: a starved backend's compile task
-        waits that long for a slot, ahead of generation's claims (Task.slot_wait); a `compile_task` builds while
-        builds pause (campaign.claims.write_paused)."""
-        gated = self._module(backend, case)
-        if gated is None or (backend.name, gated[1]) in self._units:
-            return None, None
-        text, unit = gated
-        built_here = unit in built or self.claims.is_built(backend.name, unit)
-        if not built_here and not self.builds:  # near the campaign's end: a build would outlast it
-            return gated, None
-        if built_here and backend.loads_in_process:  # a load on this worker's own core: no slot (Backend)
-            return None, None
-        claim = self.claims.slot_only(wait_s) if built_here else self.claims.claim(
-            backend.name, unit, covers=text, space=backend.jit_module_space or "", wait_s=wait_s,
-            compile_task=compile_task)
-        return (gated, None) if claim is None else (None, claim)
-
-    def _module(self, backend, case: Case) -> tuple[str, str] | None:
-        """(compile key, what the library builds one module for: the backend's finer variant where it declares one,
-        else the key) as texts; None where first calls are not gated (an AOT backend, or --compile-share 1)."""
-        key = compile_key(case, backend.compiled_per, backend.compiled_features)
-        if not key or self.config.compile_share >= 1.0:
-            return None
-        variant = backend.jit_variant(case)
-        return key_text(key), key_text(key) if variant is None else json.dumps(["variant", *variant])
-
-    def _unbuilt(self, backend, case: Case) -> str | None:
-        """The case's module when it is neither in this process nor built on the host, else None (shrinking skips
-        such cases: one build outlasts a shrink's whole budget; a compile task waits out another's build of it)."""
-        gated = self._module(backend, case)
-        if gated is None or (backend.name, gated[1]) in self._units or self.claims.is_built(backend.name, gated[1]):
-            return None
-        return gated[1]
-
-    def _evaluate_claimed(self, backend, case: Case, where: dict, claim: Claim | None) -> tuple[dict, Evaluation | None]:
-        """Evaluate under a claim: a first call that returned marks the key built for the whole host."""
-        if claim is None:
-            return self._evaluate(backend, case, where)
-        row: dict = {}
-        jobs = os.environ.get("MAX_JOBS")
-        if claim.slot_fd is not None and jobs is not None:  # a slot's build may use the cores of the idle slots
-            os.environ["MAX_JOBS"] = str(max(int(jobs), cores() // self.claims.slots))
-        try:
-            row, evaluation = self._evaluate(backend, case, where)
-        finally:
-            claim.done(built=built_by(row.get("verdict")))
-            if jobs is not None:
-                os.environ["MAX_JOBS"] = jobs
-        return row, evaluation
-
     def _generate(self, task: Task, deadline: float | None) -> bool:
         setup = time.perf_counter()
         backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour, task.pins_of)
@@ -427,131 +325,6 @@ class Worker:
         if state.get("sticky"):
             raise StickyDeviceError(task.label)
         return not state["stopped"] and state["index"] < task.size
-
-    def _shrink(self, task: Task, deadline: float | None) -> None:
-        backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour, task.pins_of)
-        fresh = Fresh(prefix)
-        target = tuple(task.signature) if task.signature else None
-        where = {"backend": task.backend, "shard": task.shard, "index": task.target, "shard_size": task.size}
-        state: dict[str, Any] = {"index": 0, "found": False, "gone": False, "best": None, "evals": 0, "t0": None}
-
-        def one(case: Case) -> None:
-            if state["gone"]:
-                return
-            if not state["found"]:
-                if not fresh(case):
-                    return
-                state["index"] += 1
-                if state["index"] < task.target:
-                    return
-                state["t0"] = time.monotonic()
-            elif (state["evals"] >= self.config.shrink_examples or self._over(deadline)
-                  or time.monotonic() - state["t0"] > self.config.shrink_seconds):
-                return  # out of shrink budget: every candidate now "passes", so hypothesis keeps the best so far
-            elif self._unbuilt(backend, case):
-                return  # a candidate whose module nobody built "passes": the shrink stays within built keys
-            row, evaluation = self._shrink_step(backend, task, case, where)
-            state["evals"] += 1
-            if sticky_crash(row):
-                state["gone"] = state["sticky"] = True  # this process's device is unusable from here on
-                return
-            if target is not None and row["backend"] == target[0] and tuple(target[1:]) in row_symptoms(row):
-                state["found"], state["best"] = True, (row, evaluation)
-                raise _Found(row["verdict"])
-            if not state["found"]:
-                state["gone"] = True  # drawn again, it did not fail the same way: nothing to shrink
-
-        test = hypothesis_settings(fresh.budget(task.size), [Phase.generate, Phase.shrink])(
-            seed(shard_seed(self.config.seed, task.backend, task.shard))(given(strategy)(one)))
-        try:
-            test()
-        except Exception:  # _Found (shrunk), or hypothesis' flaky report once the budget ran out
-            pass
-        if state.get("sticky") and state["best"] is None:
-            self.send({"type": "minimal", "row": None, "signature": list(target) if target else None,
-                       "note": "not shrunk: a sticky CUDA error while drawing it again"})
-            raise StickyDeviceError(task.label)
-        if state["best"] is None:
-            self.send({"type": "minimal", "row": None, "signature": list(target) if target else None,
-                       "note": f"example {task.target} of shard {task.shard} did not fail the same way when "
-                               f"drawn again (flaky kernel, or a harness change)"})
-            return
-        if not state.get("sticky"):
-            self._simplify(backend, task, target, where, state)
-        row, evaluation = state["best"]
-        # after a sticky error the best case's tensors live on a dead device: save the case alone
-        stem, payload, tensors = case_payload(task.backend, row, None if state.get("sticky") else evaluation)
-        minimal = dict(row, phase="minimal", t=time.time(), shrink_evaluations=state["evals"], bucket_symptom=target[1:],
-                       example_id=f"{task.backend}/{task.shard}/{task.target}")
-        self.send({"type": "minimal", "row": minimal, "stem": stem, "payload": payload, "tensors": tensors,
-                   "signature": list(target) if target else None})
-        if state.get("sticky"):
-            raise StickyDeviceError(task.label)
-
-    def _shrink_step(self, backend, task: Task, case: Case, where: dict) -> tuple[dict, Evaluation | None]:
-        """Evaluate one candidate of a shrink and send its row (failing or not: no pass to doubt, no blind check)."""
-        row, evaluation = self._evaluate(backend, case, where, check_blind=False)
-        row.update(phase="shrink", t=time.time(), shrinking=f"{task.backend}/{task.shard}/{task.target}")
-        self.send({"type": "row", "row": row})
-        return row, evaluation
-
-    def _simplify(self, backend, task: Task, target, where: dict, state: dict) -> None:
-        """Set the shrunk case's cache dtype, layout and table to their simplest declared values, and drop the
-        features it does not need, where it still shows the target symptom (fuzz.simplify: hypothesis seldom gets
-        a cache dtype back to auto, or drops a feature drawn early). A step onto a compile key not built here is
-        skipped (`_unbuilt`): simplifying never waits for a JIT build."""
-        def still_fails(case: Case) -> bool:
-            if self._unbuilt(backend, case):
-                return False
-            row, evaluation = self._shrink_step(backend, task, case, where)
-            state["evals"] += 1
-            if sticky_crash(row):
-                state["sticky"] = True  # every later step would crash on the unusable device, each blamed on its case
-                raise _DeviceLost
-            if tuple(target[1:]) in row_symptoms(row):
-                state["best"] = (row, evaluation)
-                return True
-            return False
-
-        best = Case.from_json(state["best"][0]["case"])
-        try:
-            simplify(best, backend.caps, still_fails, backend.not_supported_reasons)
-        except _DeviceLost:
-            pass  # the best case so far is the minimal one, saved without its tensors (they live on that device)
-
-    def _deferred(self, task: Task, deadline: float | None) -> None:
-        """Generated cases that waited for their compile key: each gets the row it would have had when drawn. A built
-        key's cases go to a worker that has it loaded (or 8 and more at once, campaign.compiles.Backlog.take); an
-        unbuilt one's (a compile task) build under its lock. Beside generation every first call here, a build or a
-        load (of a variant too), takes a free compile slot, or the remaining cases go back to wait; once generation
-        is over they build or load where they land."""
-        backend, _ = self._loaded(task.backend)
-        for n, (text, where) in enumerate(zip(task.cases, task.wheres)):
-            if self._over(deadline):
-                return
-            where = {"backend": task.backend, **where}
-            case = Case.from_json(text)
-            claim = None
-            if task.needs_slot:  # beside generation: a first call here (a build or a load) only in a free slot
-                wait_s = task.slot_wait if deadline is None else min(task.slot_wait, max(0.0, deadline - time.time()))
-                waits_for, claim = self._defers(backend, case, frozenset(), wait_s, compile_task=True)
-                if waits_for is not None:  # another process builds it, or every slot is busy: the cases wait again
-                    for text2, where2 in zip(task.cases[n:], task.wheres[n:]):
-                        self.send({"type": "deferred", "key": task.key, "unit": task.unit or task.key, "case": text2,
-                                   "returned": True, "backend": task.backend, **where2})
-                    return
-            else:  # once generation is over: another's build of the module is waited out
-                unit = self._unbuilt(backend, case)
-                if unit is not None:
-                    claim = self.claims.wait_claim(task.backend, unit, covers=task.key, until=deadline,
-                                                   space=backend.jit_module_space or "")
-            row, evaluation = self._evaluate_claimed(backend, case, where, claim)
-            row.update(phase="generate", deferred=True, t=time.time(),
-                       example_id=f"{task.backend}/{where['shard']}/{where['index']}", **where)
-            sticky = self._marked_sticky(row)  # before it is sent, as a generated row is
-            self.send({"type": "row", "row": row})
-            if sticky:
-                self._report_sticky(task.backend, row, evaluation)
 
     def _replay(self, task: Task, deadline: float | None) -> None:
         backend, _ = self._loaded(task.backend)  # a replay draws nothing: no strategy to build

@@ -6,7 +6,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 
 from backends.registry import get
-from campaign.worker import case_payload
+from campaign.store import case_payload
 from fuzz.compare import evaluate
 from fuzz.strategies import Limits, cases
 

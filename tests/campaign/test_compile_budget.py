@@ -208,3 +208,20 @@ def test_in_the_warm_up_a_build_that_would_outlast_it_waits_unless_it_is_the_bac
     driver.build_times.seconds.clear()
     driver.beats[0] = {"backend": "test-fake-jit", "first_compile": True, "started": now - 35.0}  # running for 35 s
     assert driver._late(3000.0) == {"test-fake-jit"}
+
+
+def test_with_compile_slices_nothing_pauses(tmp_path):
+    """--compile-slices (and --compile-share 1) hand out no compile tasks while generation goes on: a pause there would
+    hold a key's cases until generation ends."""
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], seconds=3600, specs=SPEC, progress=False,
+                         compile_slices=True)
+    driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=3, specs=SPEC))
+    now = time.time()
+    driver.budget.slots(WARMUP_S + 100, now)
+    driver.scheduler.key_built("test-fake-jit", "k0", 0)
+    for row in _evaluating(now - 100, 100, 13, 0.8):
+        driver.budget.record(row)
+    for wid in range(3):
+        driver.beats[wid] = {"backend": "test-fake-jit", "first_compile": True, "started": now - 100.0}
+    assert driver.scheduler.compile_slots == 0
+    assert driver._late(3000.0) == set() and driver.scheduler.paused == set()

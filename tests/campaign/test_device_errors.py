@@ -10,7 +10,8 @@ import pytest
 import campaign.worker as worker_module
 from backends.registry import get
 from campaign.tasks import WorkerConfig
-from campaign.worker import Worker, sticky_device_error
+from campaign.sticky import sticky_device_error
+from campaign.worker import Worker
 from fuzz.strategies import Limits
 from tests.repro_scripts import drawn_cases
 
