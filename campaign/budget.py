@@ -14,8 +14,10 @@ The slots bound how many builds run at once, not how much of the time they take:
 FlashInfer campaign still built 11 % of its worker time after minute 2, and evaluated 64 %
 (campaigns/jit-untold-cold-first-builds-h200-2026-11-29.md). So builds after the warm-up also get an allowance of
 worker time (`allowed_share`): the share that leaves evaluation at its floor, given how the rest of the time split so
-far. While they have spent more (running first calls included) new builds pause, except a backend's first: the driver
-treats every backend with a module built as late (campaign.compile_driving), and loads and evaluation go on.
+far. While they have spent more (running first calls included) new builds pause, except a backend's first and keys
+that bring a declared value no built key of the backend has (campaign.compile_driving); loads and evaluation go on.
+Cold FlashInfer on an H200: 69 % evaluation after minute 2, every declared value built
+(campaigns/jit-untold-build-allowance-h200-2026-11-29.md).
 
 Rows are the worker's own clock: a row that ends at `t` and took `busy` seconds covers [t - busy, t], clipped to
 the window, as benchmarks/jit_campaign.py's `worker_time` counts it.
@@ -65,7 +67,7 @@ class CompileBudget:
         self.current = self.ceiling
         self._rows: deque[tuple[float, float, float]] = deque()  # (end, evaluation s, build s), oldest first
         self._adjusted_at: float | None = None
-        self.history: list[tuple[float, int, float | None]] = []  # (elapsed, slots, evaluation share) at each change
+        self.history: list[tuple[float, int, float]] = []  # (elapsed, slots, evaluation share) at each change
         self.warm_end: float | None = None  # wall clock of the warm-up's end (set by the first `slots`)
         self.evaluated = self.built = 0.0  # worker-seconds of rows since the warm-up: evaluation, first calls
         self.paused = False

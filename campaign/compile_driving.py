@@ -59,10 +59,11 @@ class CompileDriving:
         would outlast the warm-up. No compile task and no claim of a running task builds for them
         (campaign.claims.write_late). After the warm-up, while the budget's build allowance is spent (campaign.budget),
         the other backends with a module built pause: generation's first calls build nothing of theirs, and their
-        compile tasks go only to keys that bring a value no built key of theirs has (campaign.claims.write_paused:
-        without that, ten minutes of FlashInfer built 13 keys, and 14 declared values got no row). The scheduler learns
-        them all, and the backends with a first call running (it holds back a backend waiting for its first build while
-        one runs: campaign.focus)."""
+        compile tasks go only to keys that bring a value no built key of theirs has (campaign.claims.write_paused;
+        holding all their builds, ten minutes of cold FlashInfer built 13 keys and left 10 of its 36 declared values
+        unbuilt: campaigns/jit-untold-build-allowance-h200-2026-11-29.md). The scheduler learns them all, and the
+        backends with a first call running (it holds back a backend waiting for its first build while one runs:
+        campaign.focus)."""
         now, running, starts = time.time(), {}, []
         for beat in self.beats.values():
             if beat.get("first_compile"):

@@ -180,9 +180,10 @@ class Backlog:
         no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a first call costs seconds in each
         process (FA4: 2-5 s on an H100), so cases follow the workers that hold their module. `loads=False` (every
         compile slot was busy lately): only to a worker that has the module loaded."""
+        covered = {b: self.covered(b) for b in breadth_only}
         ready = [(b, u) for (b, u), e in self.modules.items()
                  if e.cases and not e.building and b not in skip and (u in self.built[b]) == built
-                 and not (fresh and e.held) and (b not in breadth_only or self.new_values(b, e.key))]
+                 and not (fresh and e.held) and (b not in covered or key_values(e.key) - covered[b])]
         if built and here is not None:
             ready = [bu for bu in ready if bu in here or loads and (
                 bu not in elsewhere or len(self.modules[bu].cases) >= LOAD_BATCH)]
@@ -213,8 +214,7 @@ class Backlog:
         caches and soft-cap, got no row (campaigns/jit-untold-each-alone-h200-2026-11-27.md)."""
         breadth = self.builds_handed % 2 == 0
         # values each backend's built keys cover: only a breadth turn ranks new keys by them
-        covered = ({b: frozenset().union(*map(key_values, keys)) for b, keys in self.built_keys.items()}
-                   if breadth else {})
+        covered = {b: self.covered(b) for b in self.built_keys} if breadth else {}
 
         def order(bu: tuple[str, str]) -> tuple:
             backend, _ = bu
@@ -225,9 +225,9 @@ class Backlog:
                     len(entry.cases), entry.dropped, new_key)
         return order
 
-    def new_values(self, backend: str, key: str) -> frozenset:
-        """The values of compile key `key` that no built key of `backend` has."""
-        return key_values(key) - frozenset().union(*map(key_values, self.built_keys[backend]))
+    def covered(self, backend: str) -> frozenset:
+        """The values (campaign.compiles.key_values) of `backend`'s built keys."""
+        return frozenset().union(*map(key_values, self.built_keys[backend]))
 
     def waiting(self, backend: str | None = None) -> int:
         return sum(len(e.cases) for (b, _), e in self.modules.items() if backend in (None, b))
