@@ -1,7 +1,7 @@
 """benchmarks/jit_campaign.py's split of worker time after the first minutes (issue #35's measure)."""
 from __future__ import annotations
 
-from benchmarks.jit_campaign import SLOW_CALL_S, worker_time
+from benchmarks.jit_campaign import BUILD_ROW_S, SLOW_CALL_S, by_minute, pauses, worker_time
 
 
 def test_the_worker_time_split_names_slow_calls_past_a_first_call():
@@ -13,6 +13,24 @@ def test_the_worker_time_split_names_slow_calls_past_a_first_call():
             {"phase": "generate", "t": 7.0, "kernel_s": 0.001, "oracle_s": 0.999}]  # evaluation
     w = worker_time(rows, record, after=0.0)
     assert (round(w["compile"]), round(w["evaluation"]), round(w["slow"], 1)) == (20, 25, 15.0)
+
+
+def test_the_minutes_split_the_campaign_as_the_whole_does_and_name_the_builds_that_ran_in_them():
+    """A second formulation: the minutes' worker-seconds add up to the whole campaign's split."""
+    record = {"started": 100.0, "ended": 100.0 + 150.0, "workers": 2}  # two minutes and 30 s
+    build = {"phase": "generate", "t": 100.0 + 70.0, "kernel_s": 40.0, "compile_s": 40.0, "backend": "fi"}
+    rows = [build] + [{"phase": "generate", "t": 100.0 + s + 1.0, "oracle_s": 0.5, "backend": "fi"}
+                      for s in range(150)]
+    minutes = by_minute(rows, record)
+    assert [m["minute"] for m in minutes] == [0, 1, 2]
+    seconds = {k: sum(m[k] / 100 * record["workers"] * min(60.0, 150.0 - 60.0 * m["minute"]) for m in minutes)
+               for k in ("compile", "evaluation")}
+    whole = worker_time(rows, record, after=0.0)
+    for k in seconds:
+        assert abs(seconds[k] - whole[k] / 100 * record["workers"] * 150.0) < 1e-6
+    assert BUILD_ROW_S < 40.0 and [len(m["builds"]) for m in minutes] == [1, 1, 0]  # 30-70 s: both first minutes
+    record = dict(record, build_pauses=[[130.0, True, 0.05], [140.0, False, 0.06], [145.0, True, 0.06]])
+    assert pauses(record).startswith("paused 2 times from 130 s, 15 s in all")  # 10 s, then 145-150 s
 
 
 def test_a_focused_shard_whose_key_cannot_be_drawn_is_exhausted_not_a_harness_error(tmp_path):
