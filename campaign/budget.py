@@ -128,7 +128,9 @@ class CompileBudget:
         b <= 1 - floor (T - B) / E. At least LEAST_BUILD_WORKERS workers' worth."""
         if self.warm_end is None or now <= self.warm_end:
             return 1.0
-        total, built = self._since_warm_up(now, running)
+        return self._allowed(*self._since_warm_up(now, running))
+
+    def _allowed(self, total: float, built: float) -> float:
         least = LEAST_BUILD_WORKERS / self.workers
         if self.evaluated <= 0:
             return least
@@ -139,9 +141,8 @@ class CompileBudget:
         still running) have taken more than `allowed_share` of the worker time since it ended."""
         if self.warm_end is None or now <= self.warm_end:
             return False
-        running = list(running)
-        allowed = self.allowed_share(now, running)
         total, built = self._since_warm_up(now, running)
+        allowed = self._allowed(total, built)
         paused = built > allowed * total
         if paused != self.paused:
             self.pauses.append((round(now - self.warm_end + WARMUP_S, 1), paused, round(allowed, 3)))

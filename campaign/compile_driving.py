@@ -81,8 +81,8 @@ class CompileDriving:
             # under the ceiling's 3 slots) builds took 23-27 % of minutes 2-3's worker time
             # (campaigns/jit-untold-cold-first-builds-h200-2026-11-29.md); one finished build is enough to tell
             late |= evaluable & self.build_times.late(warm_up_left, running, samples=1)
-        paused = evaluable - late if evaluable and warm_up_left is not None and warm_up_left <= 0 and \
-            self.budget.builds_paused(now, starts) else set()
+        # after the warm-up (builds_paused is False in it)
+        paused = evaluable - late if evaluable and self.budget.builds_paused(now, starts) else set()
         self.scheduler.late, self.scheduler.paused = late, paused
         self.progress.paused = paused
         self.scheduler.first_calls_running = set(running)

@@ -144,6 +144,23 @@ def test_builds_never_pause_below_half_a_worker_where_evaluation_cannot_reach_it
     assert budget.builds_paused(end + 100, [end + 70.0, end + 70.0])  # 60 s
 
 
+def _evaluated_past_the_warm_up(driver) -> float:
+    """100 s after the warm-up's end, with test-fake-jit's key k0 built: 13 of 16 workers evaluated 80 % of each
+    second (the other three build). Returns the wall clock."""
+    now = time.time()
+    driver.budget.slots(WARMUP_S + 100, now)
+    driver.scheduler.key_built("test-fake-jit", "k0", 0)
+    for row in _evaluating(now - 100, 100, 13, 0.8):
+        driver.budget.record(row)
+    return now
+
+
+def _three_first_calls(driver, backend: str, now: float) -> None:
+    """Three first calls of `backend` running since the warm-up's end: 300 s, over the 200 s the allowance gives."""
+    for wid in range(3):
+        driver.beats[wid] = {"backend": backend, "first_compile": True, "started": now - 100.0}
+
+
 def test_a_spent_allowance_pauses_builds_of_backends_with_a_module_but_not_a_first_build(tmp_path):
     from campaign.claims import CompileClaims
 
@@ -153,14 +170,9 @@ def test_a_spent_allowance_pauses_builds_of_backends_with_a_module_but_not_a_fir
     cfg = CampaignConfig(out=tmp_path / "out", backends=backends, seconds=3600, specs=SPEC, progress=False)
     driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=3, specs=SPEC, slots_dir=str(slots)))
     claims = CompileClaims(tmp_path / "keys", slots, slots=3)
-    now = time.time()
-    driver.budget.slots(WARMUP_S + 100, now)  # the warm-up ended 100 s ago
-    driver.scheduler.key_built("test-fake-jit", "k0", 0)
-    for row in _evaluating(now - 100, 100, 13, 0.8):  # 13 workers evaluate 80 % of the time, three build
-        driver.budget.record(row)
+    now = _evaluated_past_the_warm_up(driver)
     assert driver._late(3000.0) == set() and driver.scheduler.paused == set()
-    for wid in range(3):  # three first calls running since the warm-up's end: 300 s, over the 200 s allowed
-        driver.beats[wid] = {"backend": "test-fake-jit-variants", "first_compile": True, "started": now - 100.0}
+    _three_first_calls(driver, "test-fake-jit-variants", now)
     assert driver._late(3000.0) == set()  # not late: paused
     assert driver.scheduler.paused == {"test-fake-jit"}  # the other has no module yet: its first build goes ahead
     driver.progress.row({"backend": "test-fake-jit", "phase": "generate", "compile_key": "k0", "verdict": "pass"})
@@ -216,12 +228,6 @@ def test_with_compile_slices_nothing_pauses(tmp_path):
     cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], seconds=3600, specs=SPEC, progress=False,
                          compile_slices=True)
     driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=3, specs=SPEC))
-    now = time.time()
-    driver.budget.slots(WARMUP_S + 100, now)
-    driver.scheduler.key_built("test-fake-jit", "k0", 0)
-    for row in _evaluating(now - 100, 100, 13, 0.8):
-        driver.budget.record(row)
-    for wid in range(3):
-        driver.beats[wid] = {"backend": "test-fake-jit", "first_compile": True, "started": now - 100.0}
+    _three_first_calls(driver, "test-fake-jit", _evaluated_past_the_warm_up(driver))
     assert driver.scheduler.compile_slots == 0
     assert driver._late(3000.0) == set() and driver.scheduler.paused == set()
