@@ -20,16 +20,17 @@ from torch import Tensor
 from backends.base import Actual
 from reference.attention import Expected
 from reference.inputs import Inputs
+from reference.widening import widen
 
 from .cache_write import judge_writes
 from .judge import buffer_symptom, cosine_from, error_symptoms, lse_limit, lse_mismatch, record, worst_place
 from .tolerance import limits_from, logit_floor, rounding_error, rule_for, soft_cap_floor, soft_cap_shift
 
 # What one case's vector holds, in order (the LSE's four only where the kernel's LSE is judged)
-FIELDS = ("min_visible", "sum", "base_max", "base_mean", "rounding", "expected_max", "lse_max", "spread", "max_err",
-          "argmax", "mean_err", "max_rel_err", "square_mean", "dot", "actual_norm", "expected_norm", "worst_actual",
-          "worst_expected", "spilled")
-LSE_FIELDS = ("lse_sum", "lse_err", "lse_base_err", "lse_expected_max")
+FIELDS = ("min_visible", "actual_norm", "expected_norm", "base_max", "base_mean", "rounding", "expected_max", "lse_max",
+          "spread", "max_err", "argmax", "mean_err", "error_norm", "dot", "worst_actual", "worst_expected", "max_rel_err",
+          "spilled")
+LSE_FIELDS = ("lse_err", "lse_base_err", "lse_expected_max")
 
 
 def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expected, baseline: Expected, actual: Actual,
@@ -46,25 +47,32 @@ def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expecte
     if e.device.type == "cpu" and bool((expected.num_visible == 0).any()):
         return None
     case = inputs.case
-    out = actual.output.detach().to(e.device).double()
-    diff = (out - e).abs()
-    base_out, e_abs = baseline.output.double(), e.abs()  # each read twice below: one conversion, one pass
-    base = (base_out - e).abs()
-    argmax = diff.flatten().argmax()
+    # Each pass over an output-sized float64 tensor costs as much as a case's op overhead once its heads and head size are
+    # large (tens of us for 276k elements on one CPU thread), so the passes are few: the differences made in place, the
+    # worst element and its place in one max, the square mean from the norm, and finiteness read off those reductions
+    # (a NaN or infinity in the output, the oracle, the baseline or an LSE carries into the norm, amax or difference that
+    # reads it; an overflowing norm only sends the case to the host judge).
+    out = widen(actual.output.detach().to(e.device))
+    diff = out.sub(e).abs_()
+    max_err, argmax = diff.flatten().max(0)
+    base_out = widen(baseline.output)
+    base = base_out.sub(e).abs_()
+    e_abs = e.abs()
     zero = e.new_zeros(())
-    values = [expected.num_visible.min(), out.sum() + e.sum() + base_out.sum() + expected.lse.sum(),
-              base.max(), base.mean(), rounding_error(e, case.dtype.torch), e_abs.max(), expected.lse.abs().max(),
-              zero if expected.logit_spread is None else expected.logit_spread, diff.max(), argmax, diff.mean(),
-              (diff / (e_abs + 1e-6)).max(), (diff * diff).mean(), out.flatten() @ e.flatten(), out.norm(), e.norm(),
+    values = [expected.num_visible.min(), out.norm(), e.norm(), base.amax(), base.mean(), rounding_error(e, case.dtype.torch),
+              e_abs.amax(), expected.lse.abs().amax(), zero if expected.logit_spread is None else expected.logit_spread,
+              max_err, argmax, diff.mean(), torch.linalg.vector_norm(diff), out.flatten() @ e.flatten(),
               out.flatten().gather(0, argmax[None])[0], e.flatten().gather(0, argmax[None])[0]]  # (a tensor index reads)
+    values.append(diff.div_(e_abs.add_(1e-6)).amax())  # last: it takes diff and e_abs over
     spill = None if actual.output_buffer is None else actual.output_buffer[actual.buffer_rows:]
     values.append(zero if spill is None else (~spill.isnan()).sum())
     if with_lse:
-        a, el = actual.lse.detach().to(e.device).double(), expected.lse
-        values += [a.sum(), (a - el).abs().max(), (baseline.lse.double() - el).abs().max(), el.abs().max()]
-    read = torch.stack([v.to(torch.float64) for v in values + list(extra)]).cpu().tolist()
+        a, el = widen(actual.lse.detach().to(e.device)), expected.lse
+        values += [(a - el).abs().amax(), (widen(baseline.lse) - el).abs().amax(), el.abs().amax()]
+    read = torch.stack([v if v.dtype == torch.float64 else v.to(torch.float64) for v in values + list(extra)]).cpu().tolist()
     v = dict(zip(FIELDS + (LSE_FIELDS if with_lse else ()), read))
-    if v["min_visible"] <= 0 or not math.isfinite(v["sum"]) or (with_lse and not math.isfinite(v["lse_sum"])):
+    finite = (v["actual_norm"], v["expected_norm"], v["base_max"], v["lse_max"]) + ((v["lse_err"],) if with_lse else ())
+    if v["min_visible"] <= 0 or not all(math.isfinite(x) for x in finite):
         return None
     rule = rule_for(case.dtype, case.kv_cache_dtype)
     shift = soft_cap_shift(case, caps.soft_cap_tanh_error, v["lse_max"])
@@ -74,7 +82,7 @@ def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expecte
     row.update(limit=lim.max_limit, mean_limit=lim.mean_limit, floor=lim.floor, logit_spread=v["spread"],
                baseline_max_err=v["base_max"], baseline_mean_err=v["base_mean"], nan_count=0, inf_count=0,
                max_err=v["max_err"], mean_err=v["mean_err"], max_rel_err=v["max_rel_err"],
-               rmse=math.sqrt(v["square_mean"]),
+               rmse=v["error_norm"] / math.sqrt(e.numel()),
                cosine=cosine_from(v["dot"], v["actual_norm"], v["expected_norm"]),
                worst_seq=seq, worst_token=token - case.query_starts[seq], worst_token_flat=token, worst_head=head,
                worst_dim=dim, worst_expected=v["worst_expected"], worst_actual=v["worst_actual"])

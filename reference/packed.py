@@ -56,40 +56,49 @@ def packable(inputs: Inputs, max_elements: int = PACKED_ELEMENTS) -> bool:
             and padded <= MAX_PADDING * real_elements(inputs) + SMALL_ELEMENTS)
 
 
-def _pad(parts: list[Tensor], length: int) -> Tensor:
-    """[len(parts), length, ...]: each part's first dim zero-padded to `length`."""
-    out = parts[0].new_zeros((len(parts), length, *parts[0].shape[1:]))
+def _heads_first(parts: list[Tensor], length: int, dtype: torch.dtype) -> Tensor:
+    """[len(parts), heads, length, dim] in `dtype`: each part [tokens, heads, dim] transposed and zero-padded to `length`
+    tokens, in one copy (as `widening.widen` converts: float16 to float64 through float32). Heads first, so that the
+    products below read their operands as they lie: a query-major padding cost a copy of each operand and of the output."""
+    first = parts[0]
+    out = torch.empty((len(parts), first.shape[1], length, first.shape[2]), dtype=dtype, device=first.device)
     for i, p in enumerate(parts):
-        out[i, : p.shape[0]] = p
+        if dtype == torch.float64 and p.dtype == torch.float16 and p.device.type == "cpu":
+            p = p.float()
+        out[i, :, : p.shape[0]] = p.transpose(0, 1)
+        if p.shape[0] < length:  # padding must be 0, not garbage: a padded key's weight is 0 and 0 * NaN is NaN
+            out[i, :, p.shape[0]:] = 0
     return out
 
 
-def score_product(qg: Tensor, k: Tensor) -> Tensor:
-    """einsum("bqngd,bknd->bngqk", qg, k) as one batched matmul, reshaped to [B, H, Q, K] (h = n * G + g).
-    The same sums as `reference.attention.product`'s einsum (both are one bmm over d); written out because einsum's planning was the largest
-    single cost of a small case (100 us a call on one CPU thread: benchmarks/results/throughput/)."""
-    b, q, n, g, d = qg.shape
-    a = gemm_operand(qg).permute(0, 2, 3, 1, 4).reshape(b, n, g * q, d)
-    s = torch.matmul(a, gemm_operand(k).permute(0, 2, 3, 1))  # [B, N, G*Q, K]
-    return s.to(qg.dtype).reshape(b, n * g, q, k.shape[1])
+def score_product(q: Tensor, k: Tensor) -> Tensor:
+    """einsum("bngqd,bnkd->bngqk", q, k) as one batched matmul: q [B, H, Q, D] (h = n * G + g), k [B, H_kv, K, D] ->
+    [B, H, Q, K]. The same sums as `reference.attention.product`'s einsum (both are one bmm over d); written out because
+    einsum's planning was the largest single cost of a small case (100 us a call on one CPU thread: benchmarks/results/throughput/)."""
+    b, h, q_len, d = q.shape
+    kv_heads = k.shape[1]
+    s = torch.matmul(gemm_operand(q).reshape(b, kv_heads, h // kv_heads * q_len, d), gemm_operand(k).transpose(-1, -2))
+    return s.to(q.dtype).reshape(b, h, q_len, k.shape[2])
 
 
 def value_product(p: Tensor, v: Tensor) -> Tensor:
-    """einsum("bngqk,bknd->bqngd", p, v) as one batched matmul, reshaped to [B, Q, H, D_v]."""
-    b, n, g, q, k = p.shape
-    o = torch.matmul(gemm_operand(p).reshape(b, n, g * q, k), gemm_operand(v).permute(0, 2, 1, 3))
-    return o.to(p.dtype).reshape(b, n, g, q, -1).permute(0, 3, 1, 2, 4).reshape(b, q, n * g, v.shape[-1])
+    """einsum("bngqk,bnkd->bngqd", p, v) as one batched matmul: p [B, H, Q, K], v [B, H_kv, K, D_v] -> [B, H, Q, D_v],
+    in the GEMM's dtype (the caller rounds what it keeps of it to p's)."""
+    b, h, q_len, k_len = p.shape
+    kv_heads = v.shape[1]
+    o = torch.matmul(gemm_operand(p).reshape(b, kv_heads, h // kv_heads * q_len, k_len), gemm_operand(v))
+    return o.reshape(b, h, q_len, v.shape[-1])
 
 
 @dataclass(frozen=True)
 class PackedLayout:
     """What the padded passes of one case share whatever their dtype: the mask [B, H|1, Q, K] (False on padding),
-    the real rows [B, Q], each sequence's key count [B], the query positions [B, Q] (ALiBi) and the qq_bias
-    scores [B, Q, K] or None."""
+    the real rows [B, Q] and the (sequence, query) index pair [N] of each in token order, each sequence's key count
+    [B], the query positions [B, Q] (ALiBi) and the qq_bias scores [B, Q, K] or None."""
 
     mask: Tensor
     rows: Tensor
-    row_index: Tensor
+    token_rows: tuple[Tensor, Tensor]
     num_keys: Tensor
     q_pos: Tensor
     bias: Tensor | None
@@ -109,11 +118,12 @@ class PackedLayout:
                 biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
         heads = max(m.shape[0] for m in masks)
         rows = torch.arange(max_q)[None] < torch.tensor(case.query_lens)[:, None]
-        host = [torch.stack([m.expand(heads, -1, -1) for m in masks]), rows, rows.flatten().nonzero().flatten(),
+        real = rows.nonzero()  # [N, 2]: (sequence, query) of each real row, row-major: in token order
+        host = [torch.stack([m.expand(heads, -1, -1) for m in masks]), rows, real[:, 0], real[:, 1],
                 torch.tensor(case.kv_lens), torch.stack(q_pos)]
         # built on the host, moved in one copy: each .to() of its own was a synchronisation of a shared GPU
-        mask, rows, row_index, num_keys, positions = host if dev.type == "cpu" else transfer.move_all(host, dev)
-        return PackedLayout(mask, rows, row_index, num_keys, positions, torch.stack(biases) if biases else None)
+        mask, rows, seq_of, query_of, num_keys, positions = host if dev.type == "cpu" else transfer.move_all(host, dev)
+        return PackedLayout(mask, rows, (seq_of, query_of), num_keys, positions, torch.stack(biases) if biases else None)
 
 
 @dataclass(frozen=True)
@@ -124,9 +134,9 @@ class PackedScores:
 
     scores: Tensor
     mask: Tensor
-    values: Tensor  # [B, K, H_kv, D_v]
+    values: Tensor  # [B, H_kv, K, D_v]
     rows: Tensor
-    row_index: Tensor  # [N]: each real query row's place in the flattened [B * Q], in token order
+    token_rows: tuple[Tensor, Tensor]  # [N] each: each real query row's (sequence, query), in token order
     num_keys: Tensor
     sink: Tensor | None
     spread: Tensor | None = None  # 0-dim: Expected.logit_spread under the case's own mask (the float64 pass)
@@ -137,17 +147,17 @@ class PackedScores:
         (default: the case's own, which also carries the logits' rounding spread), in token order."""
         spread = self.spread if mask is None else None
         mask = self.mask if mask is None else mask
-        b, h, q, k = self.scores.shape
-        kv_heads = self.values.shape[2]
+        b, h, q, _ = self.scores.shape
         masked = self.scores.masked_fill(~mask, -math.inf)
         lse = logsumexp_with_sink(masked, None)  # [B, H, Q]
         p = probabilities(masked, lse) if rounding is None else rounded_probabilities(
             masked, lse, rounding, None if self.sink is None else self.sink[None, :, None, None])
-        p = p.reshape(b, kv_heads, h // kv_heads, q, k)
-        out = value_product(p, self.values)
-        real = self.row_index  # integer indexing: a boolean index would read its count back from the device
-        out, lse = out.flatten(0, 1)[real], lse.transpose(1, 2).flatten(0, 1)[real]  # [N, H, D_v], [N, H]
-        visible = mask.sum(-1).expand(b, h, q).transpose(1, 2).flatten(0, 1)[real] if counts else None
+        # the real rows in token order, each taken in one gather (integer indexing: a boolean index would read its count
+        # back from the device), the product rounded to p's dtype after it, on the rows kept
+        seq_of, query_of = self.token_rows
+        out = value_product(p, self.values).transpose(1, 2)[seq_of, query_of].to(p.dtype)  # [N, H, D_v]
+        lse = lse.transpose(1, 2)[seq_of, query_of]  # [N, H]
+        visible = mask.sum(-1).expand(b, h, q).transpose(1, 2)[seq_of, query_of] if counts else None
         if self.sink is not None:
             out, lse = add_sink(out, lse, self.sink)
         return Expected(out, lse, visible, spread)
@@ -172,22 +182,24 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
     `layout`: PackedLayout.of(inputs) when the caller packs the case in more than one dtype."""
     case = inputs.case
     layout = PackedLayout.of(inputs) if layout is None else layout
-    query = query_for_oracle(inputs, dtype)
+    # the query as it is (widened in the padding's copy) unless the case dequantizes it from fp8
+    query = inputs.query if inputs.query_fp8 is None else query_for_oracle(inputs, dtype)
     dev = query.device
     n_seq, max_q, max_k = len(case.sequences), case.max_query_len, case.max_kv_len
     starts = case.query_starts
-    ks, vs = zip(*(sequence_kv(inputs, i, dtype) for i in range(n_seq)))
-    q = _pad([query[starts[i]:starts[i + 1]] for i in range(n_seq)], max_q)  # [B, Q, H, D]
-    k, v = _pad(list(ks), max_k), _pad(list(vs), max_k)  # [B, K, H_kv, D(_v)]
-    kv_heads = k.shape[2]
-    qg = q.reshape(n_seq, max_q, kv_heads, case.num_heads // kv_heads, q.shape[-1])
-    if reorder:
-        scores = score_product(qg, k * case.softmax_scale)
+    if inputs.cache is None:  # widened in the padding's copy (the packed passes read them once each)
+        ks, vs = inputs.keys, inputs.values
     else:
-        scores = score_product(qg * case.softmax_scale, k)
+        ks, vs = zip(*(sequence_kv(inputs, i, dtype) for i in range(n_seq)))
+    q = _heads_first([query[starts[i]:starts[i + 1]] for i in range(n_seq)], max_q, dtype)  # [B, H, Q, D]
+    k, v = _heads_first(list(ks), max_k, dtype), _heads_first(list(vs), max_k, dtype)  # [B, H_kv, K, D(_v)]
+    if reorder:
+        scores = score_product(q, k * case.softmax_scale)
+    else:
+        scores = score_product(q * case.softmax_scale, k)
     spread = None
     if dtype == torch.float64 and not reorder and spread_matters(case):  # as `reference.attention.sequence_spread`
-        spreads = logit_spread(score_product(qg * qg, k * k), scores, case.softmax_scale, case.soft_cap)
+        spreads = logit_spread(score_product(q * q, k * k), scores, case.softmax_scale, case.soft_cap)
         spread = torch.where(layout.mask, spreads, 0.0).amax() if spreads.numel() else spreads.new_zeros(())
     scores = apply_soft_cap(scores, case.soft_cap)
     alibi = alibi_terms(inputs, dtype)
@@ -197,7 +209,7 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
         scores = scores + bias.reshape(case.num_heads, n_seq, max_q, max_k).transpose(0, 1).to(scores.dtype)
     if layout.bias is not None:
         scores = scores + layout.bias[:, None].to(scores.dtype)
-    return PackedScores(scores, layout.mask, v, layout.rows, layout.row_index, layout.num_keys,
+    return PackedScores(scores, layout.mask, v, layout.rows, layout.token_rows, layout.num_keys,
                         None if inputs.sinks is None else inputs.sinks.to(dtype), spread)
 
 
