@@ -8,8 +8,8 @@ library call, through `Backend.repro_kernel`.
 """
 from __future__ import annotations
 
-from reference.case import Case
-from reference.values import EDGE_MARGIN, RECENT_BOOST
+from reference.case import Case, ValueSource
+from reference.values import EDGE_MARGIN, RECENT_BOOST, TABLE_ABOVE, TABLE_SEED, TABLE_SIZE
 
 from ._repro_cache import WRITTEN_DTYPES
 
@@ -71,6 +71,23 @@ def rules(case: Case) -> list[str]:
     return lines
 
 
+def normal_draws(case: Case) -> list[str]:
+    """`normal(g, rows, *shape)`: the case's normal draws as reference/values.py makes them (Values.source)."""
+    if case.values.source == ValueSource.GENERATOR:
+        return ["def normal(g, rows, *shape):", "    return torch.randn(rows, *shape, generator=g)", "", ""]
+    return [f"TABLE = torch.randn({TABLE_SIZE}, generator=torch.Generator().manual_seed({TABLE_SEED:#x}))  "
+            "# the fixed table of normal draws",
+            "", "",
+            "def normal(g, rows, *shape):",
+            f"    \"\"\"Tensors of {TABLE_ABOVE} values or more: for each row, where it starts in TABLE, then its values.\"\"\"",
+            "    size = math.prod(shape)",
+            f"    if rows * size < {TABLE_ABOVE}:",
+            "        return torch.randn(rows, *shape, generator=g)",
+            "    starts = torch.randint(0, TABLE.numel() - size + 1, (rows,), generator=g)",
+            "    return TABLE.unfold(0, size, 1).index_select(0, starts).view(rows, *shape)",
+            "", ""]
+
+
 def draw_inputs(case: Case) -> str:
     """Seeded inputs, drawn in the order attnref draws them (the same tensors, bit for bit)."""
     dist = case.values.distribution.value
@@ -84,10 +101,11 @@ def draw_inputs(case: Case) -> str:
         "    log_total = log_n + s * s / 2 if s * s <= 2 * log_n else s * math.sqrt(2 * log_n)",
         f"    return math.sqrt((log_total + {EDGE_MARGIN!r} + s) / SCALE)",
         "", ""]
+    lines += normal_draws(case)
     lines += ["def draw_inputs():",
              "    g = torch.Generator().manual_seed(SEED)",
              "    n = sum(s[0] for s in SEQS)",
-             "    q = torch.randn(n, H, D, generator=g)"]
+             "    q = normal(g, n, H, D)"]
     if dist == "outliers":
         lines += ["    channels = torch.randint(0, D, (2,), generator=g)", "    q[:, :, channels] *= 8.0"]
     lines += [f"    q = q * {case.values.logit_scale!r}"]
@@ -110,11 +128,11 @@ def draw_inputs(case: Case) -> str:
         lines += [f"    q[..., {start}:{end}] = 0  # the query dimensions an MLA layer's absorbed query leaves at 0"]
     lines += [
               f"    shared = {shared}  # keys every sequence shares (a shared-prefix block table)",
-              "    prefix_k, prefix_v = torch.randn(shared, H_KV, D, generator=g), torch.randn(shared, H_KV, D_V, generator=g)",
-              "    prototypes = torch.randn(4, H_KV, D, generator=g)",
+              "    prefix_k, prefix_v = normal(g, shared, H_KV, D), normal(g, shared, H_KV, D_V)",
+              "    prototypes = normal(g, 4, H_KV, D)",
               "    ks, vs = [], []",
               "    for _, kv_len, _ in SEQS:",
-              "        k, v = torch.randn(kv_len, H_KV, D, generator=g), torch.randn(kv_len, H_KV, D_V, generator=g)"]
+              "        k, v = normal(g, kv_len, H_KV, D), normal(g, kv_len, H_KV, D_V)"]
     if dist == "sharp":
         lines += ["        which = torch.randint(0, 4, (kv_len,), generator=g)",
                   "        k = prototypes[which] * 2.0 + 0.05 * k  # near-duplicate keys: peaked, near-tied softmax"]

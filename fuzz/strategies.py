@@ -25,7 +25,7 @@ from reference.scores import standard_alibi_slopes
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
                             CausalAlignment, GlobalPrefix,
                             DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
-                            ValueDistribution, Values, kv_len)
+                            ValueDistribution, ValueSource, Values, kv_len)
 
 # Limits (fuzz.limits) and compile keys (fuzz.compile_keys) have modules of their own; callers import them from here
 __all__ = ["Limits", "LimitsError", "focus_values", "limits_from_json", "warm_up", "compile_key", "compile_slices",
@@ -424,7 +424,7 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         gain = 8.0 if max_kv <= EDGE_ABOVE_KEYS else 32.0
     values = Values(distribution=distribution, logit_scale=logit_scale,
                     outliers_at_edge=distribution == ValueDistribution.OUTLIERS, edge_value_gain=gain,
-                    query_zero_dims=dict(caps.query_zero_dims).get((head_size, value_size)))
+                    query_zero_dims=dict(caps.query_zero_dims).get((head_size, value_size)), source=ValueSource.TABLE)
     scales = [0.05, 0.3, 1.0, 0.001, 10.0] if dtype != DType.FLOAT16 else [0.05, 0.3, 1.0, 0.001]
     scale = draw(pick(scales)) if draw(integers(0, 5)) == 0 else None  # ~1 in 6 sets a scale
     encodings = tuple((name, draw(pick(focused_spellings(name, spellings, limits.encodings))))

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from .kinds import (AlibiConvention, AttentionType, BlockTableKind, CaseError, CausalAlignment, DType, KVCacheDType,
-                    KVLayout, ScaleGranularity, ValueDistribution, is_power_of_two)
+                    KVLayout, ScaleGranularity, ValueDistribution, ValueSource, is_power_of_two)
 from .specs import Alibi, BlockSparse, CacheSpec, GlobalPrefix, Quant, SequenceSpec, Values, kv_len
 from .validation import validate
 
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["AlibiConvention", "AttentionType", "BlockTableKind", "CaseError", "CausalAlignment", "DType",
-           "KVCacheDType", "KVLayout", "ScaleGranularity", "ValueDistribution", "is_power_of_two", "Alibi", "BlockSparse",
-           "CacheSpec", "GlobalPrefix", "Quant", "SequenceSpec", "Values", "kv_len", "validate", "Case"]
+           "KVCacheDType", "KVLayout", "ScaleGranularity", "ValueDistribution", "ValueSource", "is_power_of_two", "Alibi",
+           "BlockSparse", "CacheSpec", "GlobalPrefix", "Quant", "SequenceSpec", "Values", "kv_len", "validate", "Case"]
 
 
 @dataclass(frozen=True)

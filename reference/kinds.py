@@ -60,6 +60,15 @@ class ValueDistribution(Enum):
     #                full row's one-key mask shift drops (cross attention over thousands of keys is not blind)
 
 
+class ValueSource(Enum):
+    """Where a case's normal draws come from (reference/values.py): each tensor of them from the case's generator, or
+    each token's row of them read from one fixed table of normal draws at an offset the generator draws."""
+
+    GENERATOR = "generator"  # torch.randn from the case's generator, tensor by tensor (cases saved before 2026-12-01)
+    TABLE = "table"  # rows of values.normal_table() for every tensor of TABLE_ABOVE values or more: 6-8x cheaper to
+    #                  draw than torch.randn on one CPU thread, the long tier's largest cost
+
+
 class KVLayout(Enum):
     """Physical layout of the paged KV cache (see reference/layouts.py for shapes)."""
 

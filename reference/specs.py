@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .kinds import AlibiConvention, AttentionType, BlockTableKind, KVCacheDType, KVLayout, ScaleGranularity, \
-    ValueDistribution
+    ValueDistribution, ValueSource
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,8 @@ class Values:
     # q_nope W_UK, which spans qk_nope of the kv_lora_rank latent dimensions: the rest of the absorbed query is 0
     # (backends/mla_projections.py). None (the default) draws every dimension.
     query_zero_dims: tuple[int, int] | None = None
+    # where the normal draws come from (drawn as TABLE since 2026-12-01; GENERATOR, the default, keeps saved cases' tensors)
+    source: ValueSource = ValueSource.GENERATOR
 
 
 def kv_len(attn_type: AttentionType, seq: SequenceSpec) -> int:

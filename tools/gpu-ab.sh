@@ -2,7 +2,7 @@
 # Run ON THE DEVICE (repo root): harness throughput before / after, in one call, campaigns alternating.
 #   OLD=.ab-base PARTS="fast small" TIME_FAST=30 FAST="aten-flash-varlen torch-sdpa-flash" bash tools/gpu-ab.sh
 # Parts: fast (the default tiers), small (the small tier), mps (small under `--mps`), newx (this tree alone with
-# XARGS, e.g. XARGS="--oracle-cpu-max 262144"), syncs (benchmarks/sync_count.py in each tree: $OUT/syncs.md).
+# XARGS, e.g. XARGS="--oracle-cpu-max 262144"; its campaigns named NEWX_NAME-BACKEND, default newx), syncs (benchmarks/sync_count.py in each tree: $OUT/syncs.md).
 # OLD is another tree of this repository (carried in an ignored folder: `git worktree add` a commit, copy it
 # without .git). For each part and backend the old tree's campaign runs, then this tree's, so that a drift of
 # the machine falls on both; each tree reads only its own modules (PYTHONPATH, cwd). $OUT/ab.md gets the rows
@@ -41,7 +41,7 @@ for part in $PARTS; do
       draws) for extra in "${OLD_PATH:-}" "${NEW_PATH:-}"; do
                PYTHONPATH=$NEW${extra:+:$extra} $PY benchmarks/draw_speed.py --backend "$b" --rounds 3 >> "$OUT/draws.md" 2>> "$OUT/ab.log"
              done; continue ;;
-      newx) campaign "$NEW" "newx-$b" --backend "$b" $XARGS; continue ;;  # this tree alone, with XARGS
+      newx) campaign "$NEW" "${NEWX_NAME:-newx}-$b" --backend "$b" $XARGS; continue ;;  # this tree alone, with XARGS
       syncs) for tree in "$OLD" "$NEW"; do
                echo "### $(basename "$tree") $b" >> "$OUT/syncs.md"
                (cd "$tree" && PYTHONPATH=$tree $PY "$NEW/benchmarks/sync_count.py" --backend "$b" \

@@ -22,15 +22,16 @@ def _last_key_weight(case: r.Case) -> torch.Tensor:
     return torch.cat(out, -1)
 
 
+@pytest.mark.parametrize("source", list(r.ValueSource))
 @pytest.mark.parametrize("keys", [2, 129, 1000, 16384])
 @pytest.mark.parametrize("logit_scale", [0.5, 1.0, 4.0, 16.0, 50.0])
-def test_edge_gives_the_last_key_real_weight_at_any_length_and_logit_scale(keys, logit_scale):
+def test_edge_gives_the_last_key_real_weight_at_any_length_and_logit_scale(keys, logit_scale, source):
     """Without EDGE, a row over thousands of keys gives its last key ~1/n: no one-key shift shows. With it, most
     rows give that key over 5 %; at logit scales <= 1 (rows not one-hot anyway) the other keys keep weight too.
     Each sequence's own length sets its boost (a short sequence beside the long one)."""
     case = r.Case(sequences=(r.SequenceSpec(query_len=8, encoder_len=keys), r.SequenceSpec(query_len=3, encoder_len=5)),
                   attn_type=r.AttentionType.ENCODER_DECODER, num_heads=4, num_kv_heads=2, head_size=64,
-                  dtype=r.DType.FLOAT32, values=r.Values(r.ValueDistribution.EDGE, logit_scale), seed=keys)
+                  dtype=r.DType.FLOAT32, values=r.Values(r.ValueDistribution.EDGE, logit_scale, source=source), seed=keys)
     weight = _last_key_weight(case)
     assert float((weight > 0.05).double().mean()) >= 0.7, weight
     if logit_scale <= 1.0:

@@ -16,7 +16,7 @@ from fuzz.strategies import Limits, cases
 from fuzz.tolerance import probability_rounding
 from reference import attention
 from reference.case import (BlockSparse, CacheSpec, Case, DType, GlobalPrefix, KVCacheDType, KVLayout, Quant, SequenceSpec, ValueDistribution,
-                            Values)
+                            ValueSource, Values)
 from reference.inputs import materialize
 from tests.repro_scripts import load
 
@@ -49,13 +49,14 @@ def test_the_script_draws_attnref_s_tensors_and_agrees_with_its_verdict(case):
                             Values(ValueDistribution.RECENT, 4.0, edge_value_gain=32.0),
                             Values(ValueDistribution.EDGE, 4.0, query_zero_dims=(3, 12))])
 def test_every_value_distribution_is_written_out_bit_for_bit(values):
-    seqs = (SequenceSpec(query_len=3, context_len=200), SequenceSpec(query_len=2, context_len=7))
-    case = WINDOW_BUG.replace(sequences=seqs, values=values, dtype=DType.BFLOAT16)
-    q, ks, vs = load(write_repro(case, "torch-sdpa-math"))["draw_inputs"]()
-    inputs = materialize(case)
-    assert torch.equal(q, inputs.query)
-    assert all(torch.equal(a, b) for a, b in zip(ks, inputs.keys))
-    assert all(torch.equal(a, b) for a, b in zip(vs, inputs.values))
+    for source in ValueSource:  # 300 keys of 16 values: the first sequence's keys from the table, the rest not
+        seqs = (SequenceSpec(query_len=3, context_len=300), SequenceSpec(query_len=2, context_len=7))
+        case = WINDOW_BUG.replace(sequences=seqs, values=replace(values, source=source), dtype=DType.BFLOAT16)
+        q, ks, vs = load(write_repro(case, "torch-sdpa-math"))["draw_inputs"]()
+        inputs = materialize(case)
+        assert torch.equal(q, inputs.query)
+        assert all(torch.equal(a, b) for a, b in zip(ks, inputs.keys))
+        assert all(torch.equal(a, b) for a, b in zip(vs, inputs.values))
 
 
 @pytest.mark.parametrize("backend", ["torch-sdpa-math", "torch-sdpa-cpu-flash", "torch-naive-paged"])
