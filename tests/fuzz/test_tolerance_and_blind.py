@@ -38,6 +38,32 @@ def test_mask_shift_changes_each_row_by_exactly_one_key_where_possible(q, k):
     assert (changed[can_add | can_drop] == 1).all()
 
 
+def _shifted_row(row: list[bool], keys: int) -> list[bool]:
+    """shift_by_one_key's rule read row by row: the key after the last visible one joins where it is a real key (before
+    `keys`), else the last visible one leaves where the row sees two or more."""
+    seen = [j for j, v in enumerate(row) if v]
+    last = seen[-1] if seen else -1
+    out = list(row)
+    if last + 1 < keys:
+        out[last + 1] = True
+    elif len(seen) >= 2:
+        out[last] = False
+    return out
+
+
+@given(st.integers(1, 7), st.integers(0, 7), st.data())
+def test_mask_shift_is_the_row_by_row_rule_with_padded_keys(q, k, data):
+    mask = torch.tensor(data.draw(st.lists(st.lists(st.lists(st.booleans(), min_size=k, max_size=k), min_size=q,
+                                                        max_size=q), min_size=3, max_size=3)), dtype=torch.bool)
+    num_keys = torch.tensor(data.draw(st.lists(st.integers(0, k), min_size=3, max_size=3)))
+    mask &= torch.arange(k) < num_keys[:, None, None]  # a padded mask sees nothing past its real keys
+    plain, padded = shift_by_one_key(mask), shift_by_one_key(mask, num_keys[:, None])
+    for b in range(3):
+        for i in range(q):
+            assert plain[b, i].tolist() == _shifted_row(mask[b, i].tolist(), k)
+            assert padded[b, i].tolist() == _shifted_row(mask[b, i].tolist(), int(num_keys[b]))
+
+
 def test_uniform_attention_over_many_keys_is_reported_blind():
     # Values near 0 and a tiny logit scale: shifting the mask by one key cannot exceed the limit.
     case = r.Case(sequences=(r.SequenceSpec(query_len=1, context_len=400),), num_heads=1, num_kv_heads=1,
