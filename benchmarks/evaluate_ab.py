@@ -2,7 +2,7 @@
 whether both judged every case alike.
 
 Usage: python benchmarks/evaluate_ab.py --base DIR [--backend torch-sdpa-math] [--cases-of torch-sdpa-flash]
-       [--tiers small] [--examples 300] [--pairs 4] [--standin]
+       [--tiers small] [--examples 300] [--pairs 4] [--standin] [--generator]
 
 Each process puts its tree first on the path, draws the same derandomized cases (`fuzz.sampling.sample_cases`; not
 timed) of `--cases-of`'s declaration (a GPU backend's mix of cases, run here by a CPU backend that takes them; cases it
@@ -10,7 +10,9 @@ does not take are dropped), evaluates the first once (imports, first calls), the
 campaign worker does. Pairs alternate (base first), so the box's drift falls on both; the ratio new / base is taken
 pair by pair. Then every case's verdict, symptom and numbers are compared between the trees' last runs.
 `--standin`: the kernel is the chunked oracle in the case's dtype under `--cases-of`'s declaration (for a GPU backend no
-CPU backend takes every case of: its kernel time is not the finding, the harness's parts are).
+CPU backend takes every case of: its kernel time is not the finding, the harness's parts are). Against a tree from before
+`Values.source`, the drawn cases' tensors differ (the table), and so do the rows; `--generator` draws this tree's with
+the generator, the base tree's tensors, so that the rows compare.
 """
 from __future__ import annotations
 
@@ -30,19 +32,26 @@ NUMBERS = ("limit", "max_err", "mean_err", "rmse", "cosine", "baseline_max_err",
 
 
 def child(args: argparse.Namespace) -> dict:
+    from dataclasses import replace
+
     import torch
 
     from backends.registry import get
     from fuzz.compare import evaluate
     from fuzz.sampling import sample_cases
     from fuzz.strategies import Limits
+    from reference import kinds, values
 
     torch.set_num_threads(1)
     source = get(args.cases_of or args.backend)
     backend = standin(source) if args.standin else get(args.backend)
     drawn = sample_cases(source.caps, Limits(tiers=tuple(args.tiers.split(","))), args.examples)
     drawn = [case for case in drawn if not backend.not_supported_reasons(case)]
+    if args.generator and hasattr(kinds, "ValueSource"):  # the tensors of a tree from before the table
+        drawn = [case.replace(values=replace(case.values, source=kinds.ValueSource.GENERATOR)) for case in drawn]
     evaluate(backend, drawn[0])
+    if hasattr(values, "normal_table"):  # made once a process: a campaign's worker pays it once in thousands of cases
+        values.normal_table()
     started = time.process_time()
     rows = [evaluate(backend, case).row for case in drawn]
     seconds = time.process_time() - started
@@ -77,8 +86,7 @@ def run(tree: Path, args: argparse.Namespace) -> dict:
                "--tiers", args.tiers, "--examples", str(args.examples)]
     if args.cases_of:
         command += ["--cases-of", args.cases_of]
-    if args.standin:
-        command.append("--standin")
+    command += ["--standin"] * args.standin + ["--generator"] * args.generator
     out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tree, env={"PYTHONPATH": str(tree)})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -106,6 +114,8 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=300)
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--standin", action="store_true", help="the kernel: the chunked pass in the case's dtype")
+    ap.add_argument("--generator", action="store_true",
+                    help="this tree's cases with Values.source = generator: the base tree's tensors, rows comparable")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

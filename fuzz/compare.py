@@ -175,15 +175,17 @@ def shift_error(inputs: Inputs, expected: Expected, scores: PackedScores | None)
     """(max |output under a one-key mask shift - expected output|, whether the shift changed any row's mask), as
     0-dim tensors on the oracle's device: the caller reads them back with what else it reads (on a GPU shared by a
     campaign's workers each synchronisation waits its turn)."""
-    if scores is not None and scores.scores.device.type == "cpu":  # the shifted mask over the oracle's own scores
+    if scores is not None:  # the shifted mask over the oracle's own scores: a softmax and a p.v product, some 60 operations
         shifted, changed = scores.shifted(shift_by_one_key)
-        return _worst(shifted.output - expected.output), changed
-    # row by row from the oracle's output and LSE: a dot product a row, not a pass over the case's scores
+        return _worst(shifted.output, expected.output), changed
+    # row by row from the oracle's output and LSE: a dot product a row, not a pass over the case's scores (some 360
+    # operations a tile-tier case, which on a GPU are as many launches)
     return key_changes(inputs, expected, shift_by_one_key)
 
 
-def _worst(diff: Tensor) -> Tensor:
-    return diff.abs().max() if diff.numel() else diff.new_zeros(())
+def _worst(moved: Tensor, expected: Tensor) -> Tensor:
+    """max |moved - expected| (0 when empty), `moved` taken over (a fresh output of the shifted pass)."""
+    return moved.sub_(expected).abs_().amax() if moved.numel() else moved.new_zeros(())
 
 
 def kernel_on(actual: Actual, device: torch.device) -> Actual:

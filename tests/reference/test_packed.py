@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,12 +18,13 @@ from benchmarks.packed_equivalence import verdict_of
 from fuzz.blind import shift_by_one_key
 from fuzz.compare import evaluate
 from fuzz.strategies import ORACLE_CAPS, Limits, cases
-from reference.attention import Expected, attention, query_for_oracle, sequence_kv
+from reference.attention import KEY_CHUNK, Expected, attention, query_for_oracle, sequence_kv
 from fuzz.tolerance import limits, rule_for
 from reference.case import Case, SequenceSpec
 from reference.inputs import materialize
 from reference.visibility import visible
-from reference.packed import PackedLayout, pack_scores, packable, packed_attention, packed_baseline
+from reference.packed import (PACKED_ELEMENTS_GPU, PackedLayout, pack_scores, packable, packed_attention, packed_baseline,
+                              padded_elements)
 
 LIMITS = Limits(max_sequences=5, tiers=("small", "tile"))
 
@@ -148,6 +150,22 @@ def test_padding_is_never_seen_nor_added():
 def test_unpackable_cases_are_left_to_the_chunked_path():
     long = Case(sequences=(SequenceSpec(query_len=512, context_len=4000),), num_heads=8, num_kv_heads=8, head_size=8)
     assert not packable(materialize(long))
+
+
+def _on(case: Case, device: str) -> SimpleNamespace:
+    """What packable reads of a case's inputs on `device`: the case and the query's device (no GPU needed)."""
+    return SimpleNamespace(case=case, query=SimpleNamespace(device=torch.device(device)))
+
+
+def test_a_gpu_packs_what_padding_keeps_chunked_on_the_host_up_to_its_own_bound():
+    # a 500-key sequence beside three one-key ones: 4x its real scores once padded, chunked on the host, one pass on a GPU
+    padded = Case(sequences=(SequenceSpec(query_len=8, context_len=492), *[SequenceSpec(query_len=8)] * 3),
+                  num_heads=8, num_kv_heads=8, head_size=8)
+    assert not packable(_on(padded, "cpu")) and packable(_on(padded, "cuda"))
+    over = padded.replace(num_heads=64, num_kv_heads=64, sequences=padded.sequences * 16)  # 64 x 64 x 8 x 500 > 2^23
+    assert padded_elements(_on(over, "cuda")) > PACKED_ELEMENTS_GPU and not packable(_on(over, "cuda"))
+    beyond = Case(sequences=(SequenceSpec(query_len=1, context_len=KEY_CHUNK),), num_heads=1, num_kv_heads=1, head_size=8)
+    assert not packable(_on(beyond, "cuda"))  # past one key chunk: the chunked path's cut stays
 
 
 @settings(max_examples=25)
