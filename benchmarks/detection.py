@@ -28,6 +28,7 @@ from campaign.allocator import keep_freed_memory  # noqa: E402
 from campaign.scheduler import WARMUP_SHARD  # noqa: E402
 from fuzz.strategies import Limits, cases, limits_from_json  # noqa: E402
 from fuzz.warm_up import warm_up_cases  # noqa: E402
+from reference.values import normal_table  # noqa: E402
 
 
 class Killed(Exception):
@@ -83,6 +84,7 @@ def main() -> int:
                    help="glibc's malloc defaults, not a campaign worker's kept freed memory (campaign.allocator)")
     a = p.parse_args()
     malloc = "glibc's defaults" if a.default_malloc else keep_freed_memory()  # as a campaign's worker
+    normal_table()  # made once a process, as a campaign's worker makes it at its first large tensor (0.1-0.3 s here)
     limits = limits_from_json(a.limits)
     warnings.simplefilter("ignore")
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
