@@ -65,8 +65,8 @@ class ValueSource(Enum):
     each token's row of them read from one fixed table of normal draws at an offset the generator draws."""
 
     GENERATOR = "generator"  # torch.randn from the case's generator, tensor by tensor (cases saved before 2026-12-01)
-    TABLE = "table"  # rows of values.normal_table() for every tensor of TABLE_ABOVE values or more: 6-8x cheaper to
-    #                  draw than torch.randn on one CPU thread, the long tier's largest cost
+    TABLE = "table"  # rows of values.normal_table() for every tensor of TABLE_ABOVE values or more: 3-8x cheaper to
+    #                  make than torch.randn on one CPU thread, the long tier's largest cost
 
 
 class KVLayout(Enum):
