@@ -27,6 +27,7 @@ from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap, logit_spread
 from .softmax import ProbabilityRounding, logsumexp_with_sink, probabilities, rounded_probabilities
 from .visibility import query_positions, visible
+from .widening import fast_source
 
 # Padded score elements (B x H x max_q x max_k) up to which a case is packed: a quarter of one chunk of the
 # chunked path, so the few tensors the packed pass holds at once stay near its memory.
@@ -66,14 +67,12 @@ def packable(inputs: Inputs, max_elements: int = PACKED_ELEMENTS) -> bool:
 
 def _heads_first(parts: list[Tensor], length: int, dtype: torch.dtype) -> Tensor:
     """[len(parts), heads, length, dim] in `dtype`: each part [tokens, heads, dim] transposed and zero-padded to `length`
-    tokens, in one copy (as `widening.widen` converts: float16 to float64 through float32). Heads first, so that the
+    tokens, in one copy from the fast road's source (`widening.fast_source`). Heads first, so that the
     products below read their operands as they lie: a query-major padding cost a copy of each operand and of the output."""
     first = parts[0]
     out = torch.empty((len(parts), first.shape[1], length, first.shape[2]), dtype=dtype, device=first.device)
     for i, p in enumerate(parts):
-        if dtype == torch.float64 and p.dtype == torch.float16 and p.device.type == "cpu":
-            p = p.float()
-        out[i, :, : p.shape[0]] = p.transpose(0, 1)
+        out[i, :, : p.shape[0]] = fast_source(p, dtype).transpose(0, 1)
         if p.shape[0] < length:  # padding must be 0, not garbage: a padded key's weight is 0 and 0 * NaN is NaN
             out[i, :, p.shape[0]:] = 0
     return out

@@ -14,8 +14,14 @@ from torch import Tensor
 _THROUGH_FLOAT32 = frozenset({torch.float16, torch.float8_e4m3fn, torch.float8_e5m2})
 
 
-def widen(t: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
-    """t.to(dtype), bit for bit; float16 and fp8 tensors on the CPU go to float64 through float32."""
+def fast_source(t: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """What a conversion of `t` to `dtype` reads from on the fast road: float16 and fp8 tensors on the CPU as float32
+    when going to float64, anything else as it is (a copy into a buffer of `dtype` converts from there)."""
     if dtype == torch.float64 and t.dtype in _THROUGH_FLOAT32 and t.device.type == "cpu":
-        return t.to(torch.float32).to(torch.float64)
-    return t.to(dtype)
+        return t.to(torch.float32)
+    return t
+
+
+def widen(t: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """t.to(dtype), bit for bit, by the fast road (fast_source)."""
+    return fast_source(t, dtype).to(dtype)
