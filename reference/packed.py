@@ -26,8 +26,8 @@ from . import transfer
 from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap, logit_spread
 from .softmax import ProbabilityRounding, logsumexp_with_sink, probabilities, rounded_probabilities
-from .visibility import query_positions, visible
-from .widening import fast_source
+from .visibility import visible_padded
+from .widening import widen
 
 # Padded score elements (B x H x max_q x max_k) up to which a case is packed: a quarter of one chunk of the
 # chunked path, so the few tensors the packed pass holds at once stay near its memory.
@@ -65,17 +65,19 @@ def packable(inputs: Inputs, max_elements: int = PACKED_ELEMENTS) -> bool:
     return padded <= max_elements and padded <= MAX_PADDING * real_elements(inputs) + SMALL_ELEMENTS
 
 
-def _heads_first(parts: list[Tensor], length: int, dtype: torch.dtype) -> Tensor:
-    """[len(parts), heads, length, dim] in `dtype`: each part [tokens, heads, dim] transposed and zero-padded to `length`
-    tokens, in one copy from the fast road's source (`widening.fast_source`). Heads first, so that the
-    products below read their operands as they lie: a query-major padding cost a copy of each operand and of the output."""
-    first = parts[0]
-    out = torch.empty((len(parts), first.shape[1], length, first.shape[2]), dtype=dtype, device=first.device)
-    for i, p in enumerate(parts):
-        out[i, :, : p.shape[0]] = fast_source(p, dtype).transpose(0, 1)
-        if p.shape[0] < length:  # padding must be 0, not garbage: a padded key's weight is 0 and 0 * NaN is NaN
-            out[i, :, p.shape[0]:] = 0
+def _heads_first(tokens: Tensor, at: tuple[Tensor, Tensor], batch: int, length: int, dtype: torch.dtype) -> Tensor:
+    """[batch, heads, length, dim] in `dtype`: each token of `tokens` [N, heads, dim] at its (sequence, position) of `at`
+    ([N] each), zero elsewhere (a padded key's weight is 0 and 0 * NaN is NaN: the padding must be 0, not garbage).
+    Heads first, so that the products below read their operands as they lie; one scatter for the whole case, where a
+    copy and a fill a sequence were a fifth of a small case's oracle operations."""
+    out = torch.zeros((batch, tokens.shape[1], length, tokens.shape[2]), dtype=dtype, device=tokens.device)
+    out[at[0], :, at[1]] = widen(tokens, dtype)
     return out
+
+
+def _tokens(parts: tuple[Tensor, ...] | list[Tensor]) -> Tensor:
+    """The sequences' keys (or values) one after another, [N, heads, dim]."""
+    return parts[0] if len(parts) == 1 else torch.cat(list(parts))
 
 
 def score_product(q: Tensor, k: Tensor) -> Tensor:
@@ -100,12 +102,14 @@ def value_product(p: Tensor, v: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class PackedLayout:
     """What the padded passes of one case share whatever their dtype: the mask [B, H|1, Q, K] (False on padding),
-    the real rows [B, Q] and the (sequence, query) index pair [N] of each in token order, each sequence's key count
-    [B], the query positions [B, Q] (ALiBi) and the qq_bias scores [B, Q, K] or None."""
+    the real rows [B, Q] and the (sequence, query) index pair [N] of each in token order, the (sequence, key) pair of
+    each real key in the same order, each sequence's key count [B], the query positions [B, Q] (ALiBi; 0 on padding)
+    and the qq_bias scores [B, Q, K] or None."""
 
     mask: Tensor
     rows: Tensor
     token_rows: tuple[Tensor, Tensor]
+    key_rows: tuple[Tensor, Tensor]
     num_keys: Tensor
     q_pos: Tensor
     bias: Tensor | None
@@ -115,22 +119,24 @@ class PackedLayout:
         case = inputs.case
         dev = inputs.query.device
         max_q, max_k = case.max_query_len, case.max_kv_len
-        masks, q_pos, biases = [], [], []
-        for i, seq in enumerate(case.sequences):
-            mask = visible(case, seq, i)
-            masks.append(torch.nn.functional.pad(mask, (0, max_k - mask.shape[-1], 0, max_q - mask.shape[-2])))
-            q_pos.append(torch.nn.functional.pad(query_positions(case, seq), (0, max_q - seq.query_len)))
-            if inputs.qq_bias is not None:
+        biases = []
+        if inputs.qq_bias is not None:
+            for i, seq in enumerate(case.sequences):
                 bias = new_token_bias(inputs.qq_bias, seq.query_len, case.kv_lens[i])
                 biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
-        heads = max(m.shape[0] for m in masks)
+        num_keys = torch.tensor(case.kv_lens)
         rows = torch.arange(max_q)[None] < torch.tensor(case.query_lens)[:, None]
         real = rows.nonzero()  # [N, 2]: (sequence, query) of each real row, row-major: in token order
-        host = [torch.stack([m.expand(heads, -1, -1) for m in masks]), rows, real[:, 0], real[:, 1],
-                torch.tensor(case.kv_lens), torch.stack(q_pos)]
+        keys = (torch.arange(max_k)[None] < num_keys[:, None]).nonzero()  # (sequence, key), the keys' token order
+        offsets = torch.tensor([case.query_offset(seq) for seq in case.sequences])
+        positions = torch.where(rows, torch.arange(max_q)[None] + offsets[:, None], 0)  # query_positions, padded
+        host = [visible_padded(case, max_q, max_k), rows, real[:, 0], real[:, 1], keys[:, 0], keys[:, 1], num_keys,
+                positions]
         # built on the host, moved in one copy: each .to() of its own was a synchronisation of a shared GPU
-        mask, rows, seq_of, query_of, num_keys, positions = host if dev.type == "cpu" else transfer.move_all(host, dev)
-        return PackedLayout(mask, rows, (seq_of, query_of), num_keys, positions, torch.stack(biases) if biases else None)
+        mask, rows, seq_of, query_of, key_seq, key_of, num_keys, positions = (
+            host if dev.type == "cpu" else transfer.move_all(host, dev))
+        return PackedLayout(mask, rows, (seq_of, query_of), (key_seq, key_of), num_keys, positions,
+                            torch.stack(biases) if biases else None)
 
 
 @dataclass(frozen=True)
@@ -189,17 +195,17 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
     `layout`: PackedLayout.of(inputs) when the caller packs the case in more than one dtype."""
     case = inputs.case
     layout = PackedLayout.of(inputs) if layout is None else layout
-    # the query as it is (widened in the padding's copy) unless the case dequantizes it from fp8
+    # the query as it is (widened as it is scattered into the padding) unless the case dequantizes it from fp8
     query = inputs.query if inputs.query_fp8 is None else query_for_oracle(inputs, dtype)
     dev = query.device
     n_seq, max_q, max_k = len(case.sequences), case.max_query_len, case.max_kv_len
-    starts = case.query_starts
-    if inputs.cache is None:  # widened in the padding's copy (the packed passes read them once each)
+    if inputs.cache is None:  # widened as they are scattered (the packed passes read them once each)
         ks, vs = inputs.keys, inputs.values
     else:
         ks, vs = zip(*(sequence_kv(inputs, i, dtype) for i in range(n_seq)))
-    q = _heads_first([query[starts[i]:starts[i + 1]] for i in range(n_seq)], max_q, dtype)  # [B, H, Q, D]
-    k, v = _heads_first(list(ks), max_k, dtype), _heads_first(list(vs), max_k, dtype)  # [B, H_kv, K, D(_v)]
+    q = _heads_first(query, layout.token_rows, n_seq, max_q, dtype)  # [B, H, Q, D]
+    k = _heads_first(_tokens(ks), layout.key_rows, n_seq, max_k, dtype)  # [B, H_kv, K, D]
+    v = _heads_first(_tokens(vs), layout.key_rows, n_seq, max_k, dtype)  # [B, H_kv, K, D_v]
     if reorder:
         scores = score_product(q, k * case.softmax_scale)
     else:

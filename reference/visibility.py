@@ -144,3 +144,39 @@ def visible(case: Case, seq: SequenceSpec, index: int | None = None) -> Tensor:
         heads = [block_sparse_visible(q_pos, k_pos, case.block_sparse, o) for o in offsets]
         mask = mask & torch.stack(heads)
     return mask
+
+
+def visible_padded(case: Case, max_q: int, max_k: int) -> Tensor:
+    """`visible` of every sequence at once, padded: [B, num_heads or 1, max_q, max_k], False on padded queries and keys.
+
+    The rules are predicates of positions, so they take every sequence's positions broadcast together ([B, max_q, 1]
+    queries, [1, 1, max_k] keys) in `visible`'s order; only the bidirectional ranges, a list per sequence, are drawn
+    sequence by sequence. The packed oracle's masks in a dozen operations, not a dozen a sequence
+    (tests/reference/test_packed.py holds the two alike on drawn cases)."""
+    seqs = case.sequences
+    rows = torch.arange(max_q, dtype=torch.int64)[None, :, None]
+    q_pos = rows + torch.tensor([case.query_offset(s) for s in seqs], dtype=torch.int64)[:, None, None]
+    k_pos = torch.arange(max_k, dtype=torch.int64)[None, None, :]
+    mask = torch.ones(len(seqs), max_q, max_k, dtype=torch.bool)
+    if case.is_causal:
+        mask &= causal_visible(q_pos, k_pos)
+    if case.chunk_lookback is not None:
+        mask &= lookback_visible(q_pos, k_pos, case.sliding_window // (case.chunk_lookback + 1), case.chunk_lookback)
+    else:
+        left, right = case.window_bounds
+        if left is not None or right is not None:
+            mask &= window_visible(q_pos, k_pos, left, right)
+    if case.global_prefix is not None:
+        prefix = torch.tensor(case.global_prefix.prefix_lens, dtype=torch.int64)[:, None, None]
+        mask &= global_prefix_visible(q_pos, k_pos, prefix, case.global_prefix.window)
+    if case.bidirectional_ranges is not None:
+        mask |= torch.stack([ranges_visible(q_pos[i], k_pos[0], r) for i, r in enumerate(case.bidirectional_ranges)])
+    if case.attn_chunk_size is not None:
+        mask &= chunk_visible(q_pos, k_pos, case.attn_chunk_size)
+    real = (rows < torch.tensor(case.query_lens)[:, None, None]) & (k_pos < torch.tensor(case.kv_lens)[:, None, None])
+    mask = (mask & real)[:, None]
+    if case.block_sparse is not None:
+        offsets = [head_offset(case.block_sparse, h, case.num_heads, case.num_kv_heads) for h in range(case.num_heads)]
+        heads = torch.tensor(offsets, dtype=torch.int64)[None, :, None, None]
+        mask = mask & block_sparse_visible(q_pos[:, None], k_pos[:, None], case.block_sparse, heads)
+    return mask

@@ -22,7 +22,7 @@ from reference.attention import KEY_CHUNK, Expected, attention, query_for_oracle
 from fuzz.tolerance import limits, rule_for
 from reference.case import Case, SequenceSpec
 from reference.inputs import materialize
-from reference.visibility import visible
+from reference.visibility import visible, visible_padded
 from reference.packed import (PACKED_ELEMENTS_GPU, PackedLayout, pack_scores, packable, packed_attention, packed_baseline,
                               padded_elements)
 
@@ -127,6 +127,30 @@ def test_a_cancelling_float32_case_passes_a_correct_kernel_either_way():
     rows = [evaluate(backend, case, "cpu", packed=p).row for p in (True, False)]
     assert [r["verdict"] for r in rows] == ["pass", "pass"]
     assert rows[0]["logit_spread"] == pytest.approx(rows[1]["logit_spread"], rel=1e-12) and rows[1]["logit_spread"] > 60
+
+
+# decoders only, where vLLM's per-sequence rules (ranges, global prefixes, chunk lookback) are drawn: some 1 case in 100
+# of a plain draw has a global prefix
+MASK_RULES = cases(ORACLE_CAPS, replace(LIMITS, attn_types=("decoder",)))
+
+
+def _padded_one_by_one(case: Case) -> torch.Tensor:
+    masks = [visible(case, seq, i) for i, seq in enumerate(case.sequences)]
+    heads = max(m.shape[0] for m in masks)
+    return torch.stack([torch.nn.functional.pad(m, (0, case.max_kv_len - m.shape[-1], 0, case.max_query_len - m.shape[-2]))
+                        .expand(heads, -1, -1) for m in masks])
+
+
+@given(cases(ORACLE_CAPS, LIMITS))
+def test_the_padded_masks_are_each_sequences_mask_padded(case):
+    # visible_padded applies visible's predicates to the whole batch's positions at once: the same mask, False on padding
+    assert torch.equal(visible_padded(case, case.max_query_len, case.max_kv_len), _padded_one_by_one(case))
+
+
+@settings(max_examples=400, deadline=None)
+@given(MASK_RULES)
+def test_the_padded_masks_agree_under_every_mask_rule(case):
+    assert torch.equal(visible_padded(case, case.max_query_len, case.max_kv_len), _padded_one_by_one(case))
 
 
 def test_padding_is_never_seen_nor_added():
