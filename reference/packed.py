@@ -27,7 +27,7 @@ from .inputs import Inputs
 from .scores import alibi_bias, apply_soft_cap, logit_spread
 from .softmax import ProbabilityRounding, logsumexp_with_sink, probabilities, rounded_probabilities
 from .visibility import visible_padded
-from .widening import widen
+from .widening import fast_source, widen
 
 # Padded score elements (B x H x max_q x max_k) up to which a case is packed: a quarter of one chunk of the
 # chunked path, so the few tensors the packed pass holds at once stay near its memory.
@@ -65,19 +65,30 @@ def packable(inputs: Inputs, max_elements: int = PACKED_ELEMENTS) -> bool:
     return padded <= max_elements and padded <= MAX_PADDING * real_elements(inputs) + SMALL_ELEMENTS
 
 
-def _heads_first(tokens: Tensor, at: tuple[Tensor, Tensor], batch: int, length: int, dtype: torch.dtype) -> Tensor:
-    """[batch, heads, length, dim] in `dtype`: each token of `tokens` [N, heads, dim] at its (sequence, position) of `at`
-    ([N] each), zero elsewhere (a padded key's weight is 0 and 0 * NaN is NaN: the padding must be 0, not garbage).
-    Heads first, so that the products below read their operands as they lie; one scatter for the whole case, where a
-    copy and a fill a sequence were a fifth of a small case's oracle operations."""
-    out = torch.zeros((batch, tokens.shape[1], length, tokens.shape[2]), dtype=dtype, device=tokens.device)
-    out[at[0], :, at[1]] = widen(tokens, dtype)
+def _heads_first(parts: list[Tensor], at: tuple[Tensor, Tensor], length: int, dtype: torch.dtype) -> Tensor:
+    """[len(parts), heads, length, dim] in `dtype`: each part [tokens, heads, dim] transposed and zero-padded to `length`
+    tokens (a padded key's weight is 0 and 0 * NaN is NaN: the padding must be 0, not garbage). Heads first, so that the
+    products below read their operands as they lie. `at`: each token's (part, position), [N] each, in the parts' order.
+    On a GPU one scatter, where a copy and a fill a part are launches; on the CPU a copy a part, which converts as it
+    goes (the scatter's indexed copy cost 2-4x as much once a part has hundreds of tokens: 513 x 8 x 128 bfloat16 keys
+    1.5 ms against 0.75 on one CPU thread)."""
+    if parts[0].device.type == "cuda":
+        return scattered(parts, at, length, dtype)
+    first = parts[0]
+    out = torch.empty((len(parts), first.shape[1], length, first.shape[2]), dtype=dtype, device=first.device)
+    for i, p in enumerate(parts):
+        out[i, :, : p.shape[0]] = fast_source(p, dtype).transpose(0, 1)
+        if p.shape[0] < length:
+            out[i, :, p.shape[0]:] = 0
     return out
 
 
-def _tokens(parts: tuple[Tensor, ...] | list[Tensor]) -> Tensor:
-    """The sequences' keys (or values) one after another, [N, heads, dim]."""
-    return parts[0] if len(parts) == 1 else torch.cat(list(parts))
+def scattered(parts: list[Tensor], at: tuple[Tensor, Tensor], length: int, dtype: torch.dtype) -> Tensor:
+    """`_heads_first` in one scatter of all parts' tokens (tests/reference/test_packed.py holds the two alike)."""
+    tokens = parts[0] if len(parts) == 1 else torch.cat(parts)
+    out = torch.zeros((len(parts), tokens.shape[1], length, tokens.shape[2]), dtype=dtype, device=tokens.device)
+    out[at[0], :, at[1]] = widen(tokens, dtype)
+    return out
 
 
 def score_product(q: Tensor, k: Tensor) -> Tensor:
@@ -195,17 +206,17 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
     `layout`: PackedLayout.of(inputs) when the caller packs the case in more than one dtype."""
     case = inputs.case
     layout = PackedLayout.of(inputs) if layout is None else layout
-    # the query as it is (widened as it is scattered into the padding) unless the case dequantizes it from fp8
+    # the query as it is (widened as it is padded) unless the case dequantizes it from fp8
     query = inputs.query if inputs.query_fp8 is None else query_for_oracle(inputs, dtype)
     dev = query.device
     n_seq, max_q, max_k = len(case.sequences), case.max_query_len, case.max_kv_len
-    if inputs.cache is None:  # widened as they are scattered (the packed passes read them once each)
+    if inputs.cache is None:  # widened as they are padded (the packed passes read them once each)
         ks, vs = inputs.keys, inputs.values
     else:
         ks, vs = zip(*(sequence_kv(inputs, i, dtype) for i in range(n_seq)))
-    q = _heads_first(query, layout.token_rows, n_seq, max_q, dtype)  # [B, H, Q, D]
-    k = _heads_first(_tokens(ks), layout.key_rows, n_seq, max_k, dtype)  # [B, H_kv, K, D]
-    v = _heads_first(_tokens(vs), layout.key_rows, n_seq, max_k, dtype)  # [B, H_kv, K, D_v]
+    q = _heads_first(list(query.split(case.query_lens)), layout.token_rows, max_q, dtype)  # [B, H, Q, D]
+    k = _heads_first(list(ks), layout.key_rows, max_k, dtype)  # [B, H_kv, K, D]
+    v = _heads_first(list(vs), layout.key_rows, max_k, dtype)  # [B, H_kv, K, D_v]
     if reorder:
         scores = score_product(q, k * case.softmax_scale)
     else:

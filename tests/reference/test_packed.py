@@ -23,6 +23,7 @@ from fuzz.tolerance import limits, rule_for
 from reference.case import Case, SequenceSpec
 from reference.inputs import materialize
 from reference.visibility import visible, visible_padded
+from reference import packed
 from reference.packed import (PACKED_ELEMENTS_GPU, PackedLayout, pack_scores, packable, packed_attention, packed_baseline,
                               padded_elements)
 
@@ -151,6 +152,19 @@ def test_the_padded_masks_are_each_sequences_mask_padded(case):
 @given(MASK_RULES)
 def test_the_padded_masks_agree_under_every_mask_rule(case):
     assert torch.equal(visible_padded(case, case.max_query_len, case.max_kv_len), _padded_one_by_one(case))
+
+
+@given(cases(ORACLE_CAPS, LIMITS))
+def test_the_gpus_one_scatter_pads_the_operands_as_the_hosts_copies_do(case):
+    # a GPU pads each operand in one scatter (packed.scattered), the host with a copy a sequence: the same bits
+    inputs = materialize(case)
+    assume(inputs.cache is None and inputs.query_fp8 is None)
+    layout = PackedLayout.of(inputs)
+    operands = ((list(inputs.query.split(case.query_lens)), layout.token_rows, case.max_query_len),
+                (list(inputs.keys), layout.key_rows, case.max_kv_len), (list(inputs.values), layout.key_rows, case.max_kv_len))
+    for parts, at, length in operands:
+        for dtype in (torch.float64, case.dtype.torch):
+            assert torch.equal(packed.scattered(parts, at, length, dtype), packed._heads_first(parts, at, length, dtype))
 
 
 def test_padding_is_never_seen_nor_added():
