@@ -74,8 +74,8 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def by_tier(rows: list[dict]) -> list[dict]:
     """Generated examples per (backend, size tier, oracle device): how many, the mean milliseconds of each measured
-    part (generation and the harness are not per row), and the group's share of its backend's measured time: where
-    a cheap tier's many examples and a costly tier's few weigh against each other."""
+    part (generation and the harness are not per row), the group's share of its backend's measured time (where
+    a cheap tier's many examples and a costly tier's few weigh against each other) and its share of blind rows."""
     groups = defaultdict(list)
     for r in rows:
         if r.get("phase") == "generate" and r.get("backend"):
@@ -84,7 +84,8 @@ def by_tier(rows: list[dict]) -> list[dict]:
     measured = {}  # per group: its examples x their mean measured milliseconds
     for (backend, tier, device), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         means = {p: 1e3 * sum(r.get(p) or 0.0 for r in rs) / len(rs) for p in PARTS}
-        out.append(dict(backend=backend, tier=tier, device=device, examples=len(rs), **means))
+        blind = 100 * sum(r.get("verdict") == "blind" for r in rs) / len(rs)
+        out.append(dict(backend=backend, tier=tier, device=device, examples=len(rs), blind=blind, **means))
         measured[backend, tier, device] = len(rs) * sum(means.values())
     totals = defaultdict(float)
     for (backend, _, _), ms in measured.items():
@@ -112,11 +113,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{t['compare_s']:.0f}% | {t['shrink_pct']:.0f}% | {t['rest_pct']:.0f}% | {100 * t['cpu_oracle']:.0f}% |")
     if a.by_tier:
         print("\n| backend | size tier | oracle on | examples | materialize ms | oracle ms | JIT compile ms | kernel ms | "
-              "compare ms | share of measured time |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "compare ms | share of measured time | blind |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for t in by_tier(rows):
             print(f"| {t['backend']} | {t['tier']} | {t['device']} | {t['examples']} | " +
-                  " | ".join(f"{t[p]:.1f}" for p in PARTS) + f" | {t['share']:.0f}% |")
+                  " | ".join(f"{t[p]:.1f}" for p in PARTS) + f" | {t['share']:.0f}% | {t['blind']:.1f}% |")
     return 0
 
 

@@ -21,8 +21,8 @@ FAST=${FAST:-"aten-flash-varlen torch-sdpa-flash"}
 export PYTHONUNBUFFERED=1
 echo "| run | backend | examples | workers | examples/s | new-example share | materialize | oracle | JIT compile | kernel | compare | shrink | generation + harness | oracle on CPU |" >> "$OUT/ab.md"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" >> "$OUT/ab.md"
-echo "| run | backend | size tier | oracle on | examples | materialize ms | oracle ms | JIT compile ms | kernel ms | compare ms |" >> "$OUT/ab-tiers.md"
-echo "|---|---|---|---|---|---|---|---|---|---|" >> "$OUT/ab-tiers.md"
+echo "| run | backend | size tier | oracle on | examples | materialize ms | oracle ms | JIT compile ms | kernel ms | compare ms | share of measured time | blind |" >> "$OUT/ab-tiers.md"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|" >> "$OUT/ab-tiers.md"
 campaign() {  # campaign TREE NAME ARGS...: one campaign of that tree, its throughput row
   local tree=$1 name=$2; shift 2
   local extra=${NEW_PATH:-}; [ "$tree" = "$OLD" ] && extra=${OLD_PATH:-}

@@ -45,3 +45,18 @@ def test_a_focused_shard_whose_key_cannot_be_drawn_is_exhausted_not_a_harness_er
     worker.run(Task(TaskKind.GENERATE, "test-fake-jit", shard=3, size=2, start=0, key='["float32", [7, 7]]'))
     done = [m for m in sent if m["type"] == "done"]
     assert done and done[0]["exhausted"] and not [m for m in sent if m["type"] == "row"]
+
+
+def test_the_tier_table_counts_each_groups_blind_rows_apart():
+    """benchmarks/throughput.py --by-tier: blind rows by size tier and oracle device, where the default tiers' blind
+    share moved while the small tier's held (results/throughput/harness-passes-table-gpu-packing-h200-2026-12-01.md)."""
+    from benchmarks.throughput import by_tier
+
+    def row(tier, device, verdict):
+        return {"phase": "generate", "backend": "b", "size_tier": tier, "oracle_device": device, "verdict": verdict,
+                "oracle_s": 0.001}
+
+    rows = [row("long", "cpu", "blind"), row("long", "cpu", "pass"), row("small", "cpu", "pass"),
+            row("small", "cpu", "pass"), row("small", "cuda", "blind"), {**row("small", "cpu", "blind"), "phase": "shrink"}]
+    got = {(t["tier"], t["device"]): (t["examples"], t["blind"]) for t in by_tier(rows)}
+    assert got == {("long", "cpu"): (2, 50.0), ("small", "cpu"): (2, 0.0), ("small", "cuda"): (1, 100.0)}
