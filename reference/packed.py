@@ -136,13 +136,12 @@ class PackedLayout:
                 bias = new_token_bias(inputs.qq_bias, seq.query_len, case.kv_lens[i])
                 biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
         num_keys = torch.tensor(case.kv_lens)
-        rows = torch.arange(max_q)[None] < torch.tensor(case.query_lens)[:, None]
-        real = rows.nonzero()  # [N, 2]: (sequence, query) of each real row, row-major: in token order
-        keys = (torch.arange(max_k)[None] < num_keys[:, None]).nonzero()  # (sequence, key), the keys' token order
-        offsets = torch.tensor([case.query_offset(seq) for seq in case.sequences])
-        positions = torch.where(rows, torch.arange(max_q)[None] + offsets[:, None], 0)  # query_positions, padded
-        host = [visible_padded(case, max_q, max_k), rows, real[:, 0], real[:, 1], keys[:, 0], keys[:, 1], num_keys,
-                positions]
+        rows = torch.arange(max_q).unsqueeze(0) < torch.tensor(case.query_lens).unsqueeze(1)
+        seq_of, query_of = rows.nonzero().unbind(1)  # (sequence, query) of each real row, row-major: in token order
+        key_seq, key_of = (torch.arange(max_k).unsqueeze(0) < num_keys.unsqueeze(1)).nonzero().unbind(1)  # likewise
+        offsets = torch.tensor([case.query_offset(seq) for seq in case.sequences]).unsqueeze(1)
+        positions = torch.where(rows, torch.arange(max_q).unsqueeze(0) + offsets, 0)  # query_positions, padded
+        host = [visible_padded(case, max_q, max_k), rows, seq_of, query_of, key_seq, key_of, num_keys, positions]
         # built on the host, moved in one copy: each .to() of its own was a synchronisation of a shared GPU
         mask, rows, seq_of, query_of, key_seq, key_of, num_keys, positions = (
             host if dev.type == "cpu" else transfer.move_all(host, dev))

@@ -154,9 +154,10 @@ def visible_padded(case: Case, max_q: int, max_k: int) -> Tensor:
     sequence by sequence. The packed oracle's masks in a dozen operations, not a dozen a sequence
     (tests/reference/test_packed.py holds the two alike on drawn cases)."""
     seqs = case.sequences
-    rows = torch.arange(max_q, dtype=torch.int64)[None, :, None]
-    q_pos = rows + torch.tensor([case.query_offset(s) for s in seqs], dtype=torch.int64)[:, None, None]
-    k_pos = torch.arange(max_k, dtype=torch.int64)[None, None, :]
+    # (shaped with view, one operation each: a [:, None, None] index is three)
+    rows = torch.arange(max_q, dtype=torch.int64).view(1, -1, 1)
+    q_pos = rows + torch.tensor([case.query_offset(s) for s in seqs], dtype=torch.int64).view(-1, 1, 1)
+    k_pos = torch.arange(max_k, dtype=torch.int64).view(1, 1, -1)
     mask = torch.ones(len(seqs), max_q, max_k, dtype=torch.bool)
     if case.is_causal:
         mask &= causal_visible(q_pos, k_pos)
@@ -167,16 +168,16 @@ def visible_padded(case: Case, max_q: int, max_k: int) -> Tensor:
         if left is not None or right is not None:
             mask &= window_visible(q_pos, k_pos, left, right)
     if case.global_prefix is not None:
-        prefix = torch.tensor(case.global_prefix.prefix_lens, dtype=torch.int64)[:, None, None]
+        prefix = torch.tensor(case.global_prefix.prefix_lens, dtype=torch.int64).view(-1, 1, 1)
         mask &= global_prefix_visible(q_pos, k_pos, prefix, case.global_prefix.window)
     if case.bidirectional_ranges is not None:
         mask |= torch.stack([ranges_visible(q_pos[i], k_pos[0], r) for i, r in enumerate(case.bidirectional_ranges)])
     if case.attn_chunk_size is not None:
         mask &= chunk_visible(q_pos, k_pos, case.attn_chunk_size)
-    real = (rows < torch.tensor(case.query_lens)[:, None, None]) & (k_pos < torch.tensor(case.kv_lens)[:, None, None])
-    mask = (mask & real)[:, None]
+    real = (rows < torch.tensor(case.query_lens).view(-1, 1, 1)) & (k_pos < torch.tensor(case.kv_lens).view(-1, 1, 1))
+    mask = (mask & real).unsqueeze(1)
     if case.block_sparse is not None:
         offsets = [head_offset(case.block_sparse, h, case.num_heads, case.num_kv_heads) for h in range(case.num_heads)]
-        heads = torch.tensor(offsets, dtype=torch.int64)[None, :, None, None]
-        mask = mask & block_sparse_visible(q_pos[:, None], k_pos[:, None], case.block_sparse, heads)
+        heads = torch.tensor(offsets, dtype=torch.int64).view(1, -1, 1, 1)
+        mask = mask & block_sparse_visible(q_pos.unsqueeze(1), k_pos.unsqueeze(1), case.block_sparse, heads)
     return mask
