@@ -151,8 +151,9 @@ def visible_padded(case: Case, max_q: int, max_k: int) -> Tensor:
 
     The rules are predicates of positions, so they take every sequence's positions broadcast together ([B, max_q, 1]
     queries, [1, 1, max_k] keys) in `visible`'s order; only the bidirectional ranges, a list per sequence, are drawn
-    sequence by sequence. The packed oracle's masks in a dozen operations, not a dozen a sequence
-    (tests/reference/test_packed.py holds the two alike on drawn cases)."""
+    sequence by sequence. The packed oracle's masks in some twenty operations however many sequences a case has,
+    where `visible` and its padding are about ten a sequence (tests/reference/test_packed.py holds the two alike on drawn
+    cases)."""
     seqs = case.sequences
     # (shaped with view, one operation each: a [:, None, None] index is three)
     rows = torch.arange(max_q, dtype=torch.int64).view(1, -1, 1)

@@ -28,6 +28,7 @@ def test_every_kind_of_tensor_keeps_shape_strides_dtype_and_bytes():
     assert all(same(a, b) for a, b in zip(tensors, moved))
     # the dense ones are views of one buffer, each at an aligned offset; the strided slice and the broadcast
     # one (not dense) are moved on their own
+    assert [transfer._dense(t) for t in tensors] == [True, True, True, True, False, True, True, False]
     packed = [b for a, b in zip(tensors, moved) if transfer._dense(a) and a.numel()]
     assert len({b.untyped_storage().data_ptr() for b in packed}) == 1
     assert all(b.storage_offset() * b.element_size() % transfer.ALIGN == 0 for b in packed)
