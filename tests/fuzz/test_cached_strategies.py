@@ -14,6 +14,13 @@ def test_equal_elements_share_one_strategy_and_other_types_do_not():
     assert pick([(1, (2, 3))]) is not pick([(1, (2, 3.0))])  # inside nested tuples too
     assert pick([(1, 2)]) is not pick([[1, 2]]) and pick([[1, 2]]) is not pick([[1, 2]])  # a list: built afresh
     assert or_none(pick([4])) is or_none(pick([4]))
+    from typing import NamedTuple
+
+    class Pair(NamedTuple):
+        a: int
+        b: int
+
+    assert pick([Pair(1, 2)]) is pick([Pair(1, 2)]) and pick([Pair(1, 2)]) is not pick([(1, 2)])  # its own type
 
 
 @given(pick([[1], [2]]))
