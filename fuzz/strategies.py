@@ -11,23 +11,25 @@ import functools
 from dataclasses import replace
 
 import torch
-from hypothesis import reject
 from hypothesis import strategies as st
 
 from backends.base import ALL_FEATURES, Capabilities, Feature
 from backends.spellings import sliding_window
 
-from .cached import BOOLEANS, NONE, either, integers, just, memo, or_none, pick
+from .cache_specs import cache_specs, shared_prefix
+from .cached import BOOLEANS, either, integers, just, memo, or_none, pick
 from .compile_keys import compile_key, compile_slices, declared_compile_keys, key_limits
 from .limits import Limits, LimitsError, focus_values, limits_from_json, warm_up
+from .mask_rules import (BEYOND, TILE_EDGES, _window_pair, _window_w, block_sparse_params, vllm_mask_rules,
+                         window_boundary, window_sizes)
 from .sizes import TIER_WEIGHTS, sequence_specs
 from reference.scores import standard_alibi_slopes
-from reference.case import (Alibi, AlibiConvention, AttentionType, BlockSparse, BlockTableKind, CacheSpec, Case,
-                            CausalAlignment, GlobalPrefix,
-                            DType, KVCacheDType, KVLayout, Quant, ScaleGranularity, SequenceSpec,
-                            ValueDistribution, ValueSource, Values, kv_len)
+from reference.case import (Alibi, AlibiConvention, AttentionType, BlockTableKind, Case, CausalAlignment, DType,
+                            KVCacheDType, KVLayout, ScaleGranularity, SequenceSpec, ValueDistribution, ValueSource,
+                            Values, kv_len)
 
-# Limits (fuzz.limits) and compile keys (fuzz.compile_keys) have modules of their own; callers import them from here
+# Limits (fuzz.limits), compile keys (fuzz.compile_keys), cache specs (fuzz.cache_specs) and mask rules
+# (fuzz.mask_rules) have modules of their own; callers import them from here
 __all__ = ["Limits", "LimitsError", "focus_values", "limits_from_json", "warm_up", "compile_key", "compile_slices",
            "declared_compile_keys", "key_limits", "ORACLE_CAPS", "GQA_RATIOS", "SOFT_CAPS", "TILE_EDGES", "BEYOND",
            "EDGE_ABOVE_KEYS", "SHARP_LOGITS", "window_boundary", "window_sizes", "head_pairs", "heads", "shared_prefix",
@@ -49,25 +51,6 @@ ORACLE_CAPS = Capabilities(
 
 GQA_RATIOS = (1, 2, 3, 4, 5, 7, 8)
 SOFT_CAPS = (0.5, 2.0, 5.0, 30.0, 50.0, 1e4)  # from caps that saturate most logits to one that leaves them as they are
-TILE_EDGES = (63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 512, 513)  # where tiled kernels cut keys
-BEYOND = 7  # a window side this far past twice the longest sequence: "wider than the sequence", drawn on purpose
-
-
-def window_boundary(max_kv: int, max_q: int) -> list[int]:
-    """The key and query counts -1 / 0 / +1, where a window side starts or stops cutting rows (a right side
-    at or past the keys of a q > k sequence still bounds its first rows)."""
-    return sorted({n + d for n in (max_kv, max_q) for d in (-1, 0, 1) if n + d >= 0})
-
-
-def window_sizes(max_kv: int, max_q: int) -> list[int]:
-    """A bounded window side's size class: 0, 1, 2, the tile edges the sequence reaches, `window_boundary`,
-    and beyond both counts. Sorted: shrinking goes toward 0."""
-    longest = max(max_kv, max_q)
-    sizes = {0, 1, 2, 2 * longest + BEYOND, *window_boundary(max_kv, max_q)}
-    sizes |= {t for t in TILE_EDGES if t <= longest + 1}
-    return sorted(sizes)
-
-
 def _has(caps: Capabilities, feature: Feature) -> bool:
     return feature in caps.features
 
@@ -118,150 +101,11 @@ def heads(draw, caps: Capabilities, limits: Limits) -> tuple[int, int]:
     return kv * ratio, kv
 
 
-@st.composite
-def shared_prefix(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...], cache: CacheSpec
-                  ) -> tuple[tuple[SequenceSpec, ...], CacheSpec]:
-    """Sometimes (always, when it is the only declared table) a block table whose first blocks are
-    the same physical blocks in every sequence (cascade kernels); contexts are lifted to cover them."""
-    only = caps.block_tables == frozenset({BlockTableKind.SHARED_PREFIX})
-    if not only and draw(integers(0, 3)) != 0:
-        return sequences, cache
-    bs = cache.block_size
-    room = min(s.context_len for s in sequences) // bs
-    blocks = draw(integers(1, max(room, 1)))
-    lifted = tuple(replace(s, context_len=max(s.context_len, blocks * bs)) for s in sequences)
-    return lifted, replace(cache, table=BlockTableKind.SHARED_PREFIX, prefix_blocks=blocks)
-
-
-@memo
-@st.composite
-def cache_specs(draw, caps: Capabilities, dtype: DType, num_kv_heads: int, head_size: int,
-                head_size_v: int, block_size: int, limits: Limits = Limits()) -> CacheSpec:
-    layouts = sorted(caps.kv_layouts, key=lambda x: x.value)
-    focus = focus_values(caps.kv_cache_dtypes, limits.kv_cache_dtypes, key=lambda x: x.value)
-
-    def fits(d: KVCacheDType) -> bool:
-        return (d.holds(dtype) and d.holds_heads(head_size, head_size_v)
-                and (not d.is_fp8 or caps.fp8_model_dtypes is None or dtype in caps.fp8_model_dtypes))
-
-    kv_dtypes = ([d for d in focus if fits(d)]  # a focus with no fitting kv dtype keeps the declaration's
-                 or [d for d in sorted(caps.kv_cache_dtypes, key=lambda x: x.value) if fits(d)])
-    if not kv_dtypes:  # e.g. int4 declared alone and a head size it cannot rotate
-        reject()
-    kvd = draw(pick(kv_dtypes))
-    if kvd.is_int8:
-        layouts = [x for x in layouts if x == KVLayout.FLASH_HND]
-    elem_bytes = 1 if kvd.is_one_byte else dtype.torch.itemsize
-    if head_size % (16 // elem_bytes) or head_size_v != head_size or kvd == KVCacheDType.INT4_PER_TOKEN_HEAD:
-        layouts = [x for x in layouts if x != KVLayout.PAGED_V0]
-    if head_size_v != head_size or kvd == KVCacheDType.INT8_K_FP16_V:  # one packed last dimension
-        layouts = [x for x in layouts if x not in (KVLayout.VLLM_NHD, KVLayout.VLLM_HND)]
-    if num_kv_heads != 1 or head_size_v > head_size or kvd.is_int8 or kvd.is_per_token_head:
-        layouts = [x for x in layouts if x != KVLayout.MLA_LATENT]
-    if limits.kv_layouts is not None:  # a focus the draw's dtype and heads leave no layout of keeps the others
-        layouts = [x for x in layouts if x.value in limits.kv_layouts] or layouts
-    if not layouts:  # no declared layout can hold this draw (e.g. int8 kv without flash_hnd): never an invalid case
-        reject()
-    choice = pick(layouts)
-    if KVLayout.MLA_LATENT in layouts:  # rare (one kv head, no wider value, no int8): weight it when it is possible
-        choice = either(choice, choice, just(KVLayout.MLA_LATENT))
-    layout = draw(choice)
-    tables = sorted(caps.block_tables - {BlockTableKind.SHARED_PREFIX}, key=lambda x: x.value)
-    table = draw(pick(tables)) if tables else BlockTableKind.CONTIGUOUS  # shared_prefix() sets its own
-    grans = sorted(caps.scale_granularities, key=lambda x: x.value)
-    gran = draw(pick(grans)) if kvd.is_fp8 else ScaleGranularity.PER_TENSOR
-    n = num_kv_heads if gran == ScaleGranularity.PER_KV_HEAD else 1
-    scale = pick([1.0, 0.5, 0.25, 0.75, 2.0, 0.03125])
-    k_scales = tuple(draw(st.lists(scale, min_size=n, max_size=n))) if kvd.is_fp8 else (1.0,) * n
-    v_scales = tuple(draw(st.lists(scale, min_size=n, max_size=n))) if kvd.is_fp8 else (1.0,) * n
-    if layout == KVLayout.MLA_LATENT:
-        v_scales = k_scales  # one latent tensor, one scale
-    dynamic = bool(kvd.is_fp8 and gran == ScaleGranularity.PER_TENSOR and Feature.DYNAMIC_SCALES in caps.features
-                   and draw(BOOLEANS))
-    q_fp8 = None
-    if kvd == KVCacheDType.FP8_E4M3 and Feature.Q_FP8 in caps.features:
-        q_scales = pick([0.5, 0.75, 1.0])
-        q_fp8 = draw(q_scales if caps.fp8_query_only else or_none(q_scales))
-        if dynamic and q_fp8 is not None:
-            q_fp8 = 1.0  # the query's scale is computed with the others (Quant.dynamic_scales)
-    spare = draw(pick([0, 0, 1, 3]))
-    padding = draw(pick([0, 0, 1, 2])) if caps.writes_cache else 0
-    layers = layer = 0
-    if (Feature.LAYERED_CACHE in caps.features and layout in (KVLayout.FLASH_NHD, KVLayout.FLASH_HND)
-            and head_size_v == head_size and kvd != KVCacheDType.INT8_K_FP16_V):
-        layers = draw(pick([0, 0, 0, 1, 3]))
-        layer = draw(integers(0, max(layers - 1, 0)))
-    return CacheSpec(layout=layout, block_size=block_size, table=table, spare_blocks=spare, padding_slots=padding,
-                     layers=layers, layer=layer,
-                     finite_canaries=caps.finite_canaries_only or draw(integers(0, 7)) == 0,
-                     quant=Quant(kv_cache_dtype=kvd, granularity=gran, k_scales=k_scales, v_scales=v_scales,
-                                 dynamic_scales=dynamic, q_fp8_scale=q_fp8,
-                                 dynamic_amax_dims=dict(caps.dynamic_amax_dims).get((head_size, head_size_v))
-                                 if dynamic else None))
-
-
-@memo
-@st.composite
-def block_sparse_params(draw) -> BlockSparse:
-    """vLLM's BlocksparseParams, tiny blocks so a short sequence spans several; TP ranks included."""
-    tp_size = draw(pick([1, 1, 2, 4]))
-    homo = draw(pick(["no", "no", "head", "group"]))
-    return BlockSparse(block_size=draw(pick([1, 2, 3, 4, 8])), local_blocks=draw(integers(0, 3)),
-                       vert_stride=draw(integers(1, 8)), homo_head=homo == "head", homo_head_group=homo == "group",
-                       head_sliding_step=draw(either(NONE, NONE, integers(0, 3))),
-                       tp_size=tp_size, tp_rank=draw(integers(0, tp_size - 1)))
-
-
-@memo
-@st.composite
-def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...], window: int | None) -> dict:
-    """Case fields for vLLM's extra decoder mask rules, each where declared: chunk lookback (on a drawn
-    window), R-SWA (where no window was drawn: it replaces one), PrefixLM ranges around the context /
-    new-token boundary (and past the sequence's end: chunked prefill inside an image), qq_bias."""
-    rules: dict = {}  # each rule is on at the largest draw, so shrinking (towards 0) switches it off
-    if window is not None and _has(caps, Feature.CHUNK_LOOKBACK) and draw(integers(0, 2)) == 2:
-        rules["chunk_lookback"] = draw(pick([lb for lb in (0, 1, 2, 3) if window // (lb + 1) >= 1]))
-    elif window is None and _has(caps, Feature.GLOBAL_PREFIX) and draw(integers(0, 1)) == 1:
-        kv = max(s.context_len + s.query_len for s in sequences)
-        prefix = [draw(either(pick(sorted({0, 1, s.context_len, s.context_len + s.query_len})),
-                              integers(0, s.context_len + s.query_len))) for s in sequences]
-        rules["global_prefix"] = GlobalPrefix(draw(either(pick(sorted({1, 2, max(1, kv // 2), kv})),
-                                                          integers(1, kv + 1))), tuple(prefix))
-    if _has(caps, Feature.PREFIX_LM) and draw(integers(0, 2)) == 2:
-        rules["bidirectional_ranges"] = tuple(draw(_ranges(s)) for s in sequences)
-    if _has(caps, Feature.QQ_BIAS) and draw(integers(0, 2)) == 2:  # as often as PrefixLM: the rarest rule
-        rules["qq_bias"] = True
-    return rules
-
-
-@memo
-def _ranges(seq: SequenceSpec) -> st.SearchStrategy:
-    """0-2 inclusive (start, end) ranges of one sequence; the first often straddles the first new token,
-    where a range changes what a query sees (a range wholly in the context only matters to earlier steps)."""
-    n, ctx = seq.context_len + seq.query_len, seq.context_len
-    point = integers(0, max(n, 1))
-    straddle = st.tuples(integers(0, ctx), integers(ctx, n + 1))
-    return st.lists(straddle | st.tuples(point, point), max_size=2).map(tuple)
-
-
 # Strategies `cases` draws from whose arguments depend on earlier draws: built once per argument (fuzz.cached).
 @memo
 def _more_sequences(attn_type: AttentionType, caps: Capabilities, limits: Limits, block_size: int | None,
                     decode_only: bool) -> st.SearchStrategy:
     return st.lists(sequence_specs(attn_type, caps, limits, block_size, decode_only), max_size=limits.max_sequences - 1)
-
-
-@memo
-def _window_pair(boundary: tuple[int, ...], sizes: tuple[int, ...], right: bool) -> st.SearchStrategy:
-    """A kernel window (left, right): each side unbounded, at a boundary or a size class (right: where declared)."""
-    side = st.none() | pick(boundary) | pick(sizes)
-    return st.tuples(side, side if right else st.none())
-
-
-@memo
-def _window_w(boundary: tuple[int, ...], sizes: tuple[int, ...], max_kv: int) -> st.SearchStrategy:
-    """vLLM's sliding window W >= 1: at a boundary, a size class, or any up to past the longest sequence."""
-    return pick([w for w in boundary if w >= 1] or [1]) | pick([w for w in sizes if w >= 1]) | integers(1, max_kv + 2)
 
 
 def focused_spellings(name: str, spellings: tuple, focus: tuple[tuple[str, str], ...] | None) -> tuple:
