@@ -33,14 +33,14 @@ def _has(caps: Capabilities, feature: Feature) -> bool:
 
 
 @memo
-def _window_pair(boundary: tuple[int, ...], sizes: tuple[int, ...], right: bool) -> st.SearchStrategy:
+def window_pairs(boundary: tuple[int, ...], sizes: tuple[int, ...], right: bool) -> st.SearchStrategy:
     """A kernel window (left, right): each side unbounded, at a boundary or a size class (right: where declared)."""
     side = st.none() | pick(boundary) | pick(sizes)
     return st.tuples(side, side if right else st.none())
 
 
 @memo
-def _window_w(boundary: tuple[int, ...], sizes: tuple[int, ...], max_kv: int) -> st.SearchStrategy:
+def window_widths(boundary: tuple[int, ...], sizes: tuple[int, ...], max_kv: int) -> st.SearchStrategy:
     """vLLM's sliding window W >= 1: at a boundary, a size class, or any up to past the longest sequence."""
     return pick([w for w in boundary if w >= 1] or [1]) | pick([w for w in sizes if w >= 1]) | integers(1, max_kv + 2)
 

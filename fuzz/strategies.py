@@ -20,8 +20,8 @@ from .cache_specs import cache_specs, shared_prefix
 from .cached import BOOLEANS, either, integers, just, memo, or_none, pick
 from .compile_keys import compile_key, compile_slices, declared_compile_keys, key_limits
 from .limits import Limits, LimitsError, focus_values, limits_from_json, warm_up
-from .mask_rules import (BEYOND, TILE_EDGES, _window_pair, _window_w, block_sparse_params, vllm_mask_rules,
-                         window_boundary, window_sizes)
+from .mask_rules import (BEYOND, TILE_EDGES, block_sparse_params, vllm_mask_rules, window_boundary, window_pairs,
+                         window_sizes, window_widths)
 from .sizes import TIER_WEIGHTS, sequence_specs
 from reference.scores import standard_alibi_slopes
 from reference.case import (Alibi, AlibiConvention, AttentionType, BlockTableKind, Case, CausalAlignment, DType,
@@ -199,15 +199,15 @@ def cases(draw, caps: Capabilities = ORACLE_CAPS, limits: Limits = Limits()) -> 
         kernel = dict(causal=draw(pick(sorted(caps.causal_modes))),
                       causal_alignment=draw(pick(sorted(caps.causal_alignments, key=lambda a: a.value))),
                       window=_sometimes(draw, caps, Feature.WINDOW,
-                                        _window_pair(tuple(boundary), tuple(sizes), caps.window_right)
+                                        window_pairs(tuple(boundary), tuple(sizes), caps.window_right)
                                         if limits.windows is None else
-                                        _window_pair(*[tuple(sorted(limits.windows))] * 2, caps.window_right),
+                                        window_pairs(*[tuple(sorted(limits.windows))] * 2, caps.window_right),
                                         on))
         if kernel["window"] == (None, None):
             kernel["window"] = None  # no bound on either side is no window: one spelling (encodings draw the others)
     window = None
     if attn_type not in (AttentionType.ENCODER_DECODER, AttentionType.KERNEL):
-        window = _sometimes(draw, caps, Feature.WINDOW, _window_w(tuple(boundary), tuple(sizes), max_kv)
+        window = _sometimes(draw, caps, Feature.WINDOW, window_widths(tuple(boundary), tuple(sizes), max_kv)
                             if limits.windows is None else pick(sorted(limits.windows)), on)
     soft_cap = _sometimes(draw, caps, Feature.SOFT_CAP, pick(SOFT_CAPS if limits.soft_caps is None else limits.soft_caps),
                           on)
