@@ -14,7 +14,7 @@ from reference.case import AttentionType, CausalAlignment, ValueDistribution
 from .compiles import key_text
 
 if TYPE_CHECKING:
-    from .engine import CampaignConfig
+    from .config import CampaignConfig
 
 # Features only a kernel-level (raw API) case can have: a backend without that attention type never draws them.
 KERNEL_ONLY = frozenset({"paged_kernel", "top_left", "more_queries_than_keys"})

@@ -12,15 +12,15 @@ import math
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from .budget import CompileBudget
 from .buckets import Buckets, Decision, is_new_failure
 from .caches import cache_root
 from .claims import built_by, compile_slots_at
 from .compile_driving import CompileDriving
+from .config import (EXIT_CLEAN, EXIT_HARNESS, EXIT_NEW_FAILURES, CampaignConfig, CampaignResult, HarnessAbort,
+                     Plumbing)
 from .compiles import BuildTimes, FirstCalls
 from .clock import WorkerClock
 from .declarations import campaign_keys, declare, slice_counts
@@ -33,69 +33,11 @@ from .tasks import cores as available_cores
 from .machine import default_workers, gpu_mem_gib, visible_gpus
 from .sticky import STICKY_EXIT
 
-EXIT_CLEAN, EXIT_NEW_FAILURES, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 # A backend gets no more tasks after this many harness errors in its tasks (each is reported, and the campaign exits 3):
 # one such error in one case, a device error the ledger's check met, gave fa4-paged up at minute 2 of a 7-minute
 # campaign (benchmarks/results/campaigns/jit-untold-fa4-cold-warm-h200-2026-11-27.md); a backend that cannot run at
 # all fails its first tasks alike and is given up after this many.
 HARNESS_ERRORS_PER_BACKEND = 3
-
-
-@dataclass
-class CampaignConfig:
-    out: Path
-    backends: list[str]
-    examples: int | None = 200  # per backend; None: until `seconds` run out
-    seconds: float | None = None  # for the whole campaign, backends side by side
-    seed: int = 0
-    example_timeout: float = 120.0
-    # an example that is its worker's first of a JIT backend's compile key (campaign.worker) may compile for
-    # minutes: nvcc builds of FlashInfer's fa3 prefill outran 240 s with 16 compiles at once. None: example_timeout
-    compile_timeout: float | None = 900.0
-    specs: tuple[str, ...] = ()
-    resume: bool = False
-    limits: dict = field(default_factory=dict)
-    workers: int | str = 1  # per GPU (every visible GPU), or in all on a machine without one; "auto"
-    shard_size: int | None = None  # None: from the budget and the number of workers
-    shrink_per_bucket: int = 1
-    shrink_seconds: float = 20.0
-    oracle_cpu_max: int | None = None  # None: fuzz.compare.ORACLE_CPU_MAX
-    replay_saved: bool = True  # run the minimal cases in out/cases/ first
-    ray_address: str | None = None  # None: local processes; "" / "local": a local Ray; else a cluster
-    use_ray: bool = False
-    progress: bool = True
-    compile_slices: bool = False  # see campaign.scheduler: more examples/s on JIT backends, fewer combinations early
-    mps: bool = False  # run the workers under a CUDA MPS daemon (campaign/mps.py)
-    cache_dir: str | None = None  # the JIT libraries' compile caches (campaign/caches.py); None: the default folder
-    # JIT first calls' share of the workers after the warm-up (campaign.claims.compile_slots_at); 1: compile where drawn
-    compile_share: float = 0.2
-    profile_dir: str | None = None  # --profile: the workers' and the driver's cProfile statistics (campaign.profiling)
-
-
-@dataclass
-class CampaignResult:
-    rows: list[dict]
-    buckets: list
-    status: int
-    interrupted: int | None = None  # the signal that stopped the campaign
-    harness_errors: list[str] = field(default_factory=list)
-
-
-class Plumbing(Protocol):
-    """Turns workers (processes, actors) into events; see campaign.pool and campaign.ray_pool."""
-
-    slots: int
-
-    def start(self, wid: int, slot: int) -> None: ...
-    def assign(self, wid: int, task: Task, deadline: float | None) -> None: ...
-    def poll(self, timeout: float) -> list[tuple]: ...  # ("msg", wid, dict) | ("exit", wid, status, output)
-    def stop(self, wid: int) -> None: ...
-    def kill(self, wid: int) -> None: ...
-    def close(self) -> None: ...
-
-
-class HarnessAbort(Exception):
-    """The campaign cannot go on (a worker cannot be started): it ends with this one line and exit 3."""
 
 
 class Driver(CompileDriving):
