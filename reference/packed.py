@@ -65,13 +65,20 @@ def packable(inputs: Inputs, max_elements: int = PACKED_ELEMENTS) -> bool:
     return padded <= max_elements and padded <= MAX_PADDING * real_elements(inputs) + SMALL_ELEMENTS
 
 
-def _heads_first(parts: list[Tensor], at: tuple[Tensor, Tensor], length: int, dtype: torch.dtype) -> Tensor:
+def real_positions(lengths: list[int], length: int) -> Tensor:
+    """[len(lengths), length] bool, True at position j of row b where j < lengths[b]: a padded batch's real queries or
+    keys."""
+    return torch.arange(length).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+
+
+def _heads_first(parts: list[Tensor], at: tuple[Tensor, Tensor] | None, length: int,
+                 dtype: torch.dtype) -> Tensor:
     """[len(parts), heads, length, dim] in `dtype`: each part [tokens, heads, dim] transposed and zero-padded to `length`
     tokens (a padded key's weight is 0 and 0 * NaN is NaN: the padding must be 0, not garbage). Heads first, so that the
-    products below read their operands as they lie. `at`: each token's (part, position), [N] each, in the parts' order.
-    On a GPU one scatter, where a copy and a fill a part are launches; on the CPU a copy a part, which converts as it
-    goes (the scatter's indexed copy cost 2-4x as much once a part has hundreds of tokens: 513 x 8 x 128 bfloat16 keys
-    1.5 ms against 0.75 on one CPU thread)."""
+    products below read their operands as they lie. `at`: each token's (part, position), [N] each, in the parts' order,
+    read on a GPU only. On a GPU one scatter, where a copy and a fill a part are launches; on the CPU a copy a part,
+    which converts as it goes (the scatter's indexed copy cost 2-4x as much once a part has hundreds of tokens:
+    513 x 8 x 128 bfloat16 keys 1.5 ms against 0.75 on one CPU thread)."""
     if parts[0].device.type == "cuda":
         return scattered(parts, at, length, dtype)
     first = parts[0]
@@ -113,14 +120,14 @@ def value_product(p: Tensor, v: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class PackedLayout:
     """What the padded passes of one case share whatever their dtype: the mask [B, H|1, Q, K] (False on padding),
-    the real rows [B, Q] and the (sequence, query) index pair [N] of each in token order, the (sequence, key) pair of
-    each real key in the same order, each sequence's key count [B], the query positions [B, Q] (ALiBi; 0 on padding)
-    and the qq_bias scores [B, Q, K] or None."""
+    the real rows [B, Q] and the (sequence, query) index pair [N] of each in token order, on a GPU the (sequence, key)
+    pair of each real key in the same order (None on the host, where nothing reads it), each sequence's key count [B],
+    the query positions [B, Q] (ALiBi; 0 on padding) and the qq_bias scores [B, Q, K] or None."""
 
     mask: Tensor
     rows: Tensor
     token_rows: tuple[Tensor, Tensor]
-    key_rows: tuple[Tensor, Tensor]
+    key_rows: tuple[Tensor, Tensor] | None
     num_keys: Tensor
     q_pos: Tensor
     bias: Tensor | None
@@ -135,17 +142,18 @@ class PackedLayout:
             for i, seq in enumerate(case.sequences):
                 bias = new_token_bias(inputs.qq_bias, seq.query_len, case.kv_lens[i])
                 biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
-        num_keys = torch.tensor(case.kv_lens)
-        rows = torch.arange(max_q).unsqueeze(0) < torch.tensor(case.query_lens).unsqueeze(1)
+        rows = real_positions(case.query_lens, max_q)
         seq_of, query_of = rows.nonzero().unbind(1)  # (sequence, query) of each real row, row-major: in token order
-        key_seq, key_of = (torch.arange(max_k).unsqueeze(0) < num_keys.unsqueeze(1)).nonzero().unbind(1)  # likewise
         offsets = torch.tensor([case.query_offset(seq) for seq in case.sequences]).unsqueeze(1)
         positions = torch.where(rows, torch.arange(max_q).unsqueeze(0) + offsets, 0)  # query_positions, padded
-        host = [visible_padded(case, max_q, max_k), rows, seq_of, query_of, key_seq, key_of, num_keys, positions]
-        # built on the host, moved in one copy: each .to() of its own was a synchronisation of a shared GPU
-        mask, rows, seq_of, query_of, key_seq, key_of, num_keys, positions = (
-            host if dev.type == "cpu" else transfer.move_all(host, dev))
-        return PackedLayout(mask, rows, (seq_of, query_of), (key_seq, key_of), num_keys, positions,
+        host = [visible_padded(case, max_q, max_k), rows, seq_of, query_of, torch.tensor(case.kv_lens), positions]
+        key_rows = None
+        if dev.type != "cpu":  # built on the host, moved in one copy: each .to() of its own was a synchronisation of a
+            # shared GPU; with the keys' (sequence, key) rows, which only the GPU's one-scatter padding reads
+            host = transfer.move_all(host + list(real_positions(case.kv_lens, max_k).nonzero().unbind(1)), dev)
+            key_rows = (host[6], host[7])
+        mask, rows, seq_of, query_of, num_keys, positions = host[:6]
+        return PackedLayout(mask, rows, (seq_of, query_of), key_rows, num_keys, positions,
                             torch.stack(biases) if biases else None)
 
 
