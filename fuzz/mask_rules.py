@@ -28,10 +28,6 @@ def window_sizes(max_kv: int, max_q: int) -> list[int]:
     return sorted(sizes)
 
 
-def _has(caps: Capabilities, feature: Feature) -> bool:
-    return feature in caps.features
-
-
 @memo
 def window_pairs(boundary: tuple[int, ...], sizes: tuple[int, ...], right: bool) -> st.SearchStrategy:
     """A kernel window (left, right): each side unbounded, at a boundary or a size class (right: where declared)."""
@@ -64,17 +60,17 @@ def vllm_mask_rules(draw, caps: Capabilities, sequences: tuple[SequenceSpec, ...
     window), R-SWA (where no window was drawn: it replaces one), PrefixLM ranges around the context /
     new-token boundary (and past the sequence's end: chunked prefill inside an image), qq_bias."""
     rules: dict = {}  # each rule is on at the largest draw, so shrinking (towards 0) switches it off
-    if window is not None and _has(caps, Feature.CHUNK_LOOKBACK) and draw(integers(0, 2)) == 2:
+    if window is not None and Feature.CHUNK_LOOKBACK in caps.features and draw(integers(0, 2)) == 2:
         rules["chunk_lookback"] = draw(pick([lb for lb in (0, 1, 2, 3) if window // (lb + 1) >= 1]))
-    elif window is None and _has(caps, Feature.GLOBAL_PREFIX) and draw(integers(0, 1)) == 1:
+    elif window is None and Feature.GLOBAL_PREFIX in caps.features and draw(integers(0, 1)) == 1:
         kv = max(s.context_len + s.query_len for s in sequences)
         prefix = [draw(either(pick(sorted({0, 1, s.context_len, s.context_len + s.query_len})),
                               integers(0, s.context_len + s.query_len))) for s in sequences]
         rules["global_prefix"] = GlobalPrefix(draw(either(pick(sorted({1, 2, max(1, kv // 2), kv})),
                                                           integers(1, kv + 1))), tuple(prefix))
-    if _has(caps, Feature.PREFIX_LM) and draw(integers(0, 2)) == 2:
+    if Feature.PREFIX_LM in caps.features and draw(integers(0, 2)) == 2:
         rules["bidirectional_ranges"] = tuple(draw(_ranges(s)) for s in sequences)
-    if _has(caps, Feature.QQ_BIAS) and draw(integers(0, 2)) == 2:  # as often as PrefixLM: the rarest rule
+    if Feature.QQ_BIAS in caps.features and draw(integers(0, 2)) == 2:  # as often as PrefixLM: the rarest rule
         rules["qq_bias"] = True
     return rules
 
