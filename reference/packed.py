@@ -42,6 +42,7 @@ SMALL_ELEMENTS = 4096  # below this, any padding is cheaper than a second sequen
 # A tile-tier GPU case's oracle and blind check are 280 + 60 operations packed against 620 + 360 chunked
 # (aten-flash-varlen's declaration, 23 drawn cases the CPU rule leaves chunked).
 PACKED_ELEMENTS_GPU = 1 << 23
+PAD_ONCE_TOKENS = 64  # parts up to this long are padded once for both passes on the host (`padded_once`)
 
 
 def padded_elements(inputs: Inputs) -> int:
@@ -90,6 +91,19 @@ def _heads_first(parts: list[Tensor], at: tuple[Tensor, Tensor] | None, length: 
     return out
 
 
+def padded_once(parts: list[Tensor], at: tuple[Tensor, Tensor] | None, length: int) -> Tensor | None:
+    """`_heads_first` in the parts' own dtype, for each pass to widen to its own (a cast commutes with zero padding: the
+    same bits), or None where padding per pass is cheaper. On a GPU one scatter; on the host one `pad_sequence` and one
+    transposing copy where no part is longer than PAD_ONCE_TOKENS. Against a copy a part and pass, on one CPU thread:
+    0.35-0.7x the time for parts of up to 64 tokens, 1.1-1.35x for parts of 200-2,049 (float64 and 16-bit passes:
+    benchmarks/padding.py, results/throughput/padded-once-cpu-2026-12-02.md)."""
+    if parts[0].device.type == "cuda":
+        return scattered(parts, at, length, parts[0].dtype)
+    if length > PAD_ONCE_TOKENS or max(p.shape[0] for p in parts) != length:
+        return None
+    return torch.nn.utils.rnn.pad_sequence(parts, batch_first=True).transpose(1, 2).contiguous()
+
+
 def scattered(parts: list[Tensor], at: tuple[Tensor, Tensor], length: int, dtype: torch.dtype) -> Tensor:
     """`_heads_first` in one scatter of all parts' tokens (tests/reference/test_packed.py holds the two alike)."""
     tokens = parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -122,7 +136,9 @@ class PackedLayout:
     """What the padded passes of one case share whatever their dtype: the mask [B, H|1, Q, K] (False on padding),
     the real rows [B, Q] and the (sequence, query) index pair [N] of each in token order, on a GPU the (sequence, key)
     pair of each real key in the same order (None on the host, where nothing reads it), each sequence's key count [B],
-    the query positions [B, Q] (ALiBi; 0 on padding) and the qq_bias scores [B, Q, K] or None."""
+    the query positions [B, Q] (ALiBi; 0 on padding), the qq_bias scores [B, Q, K] or None, and the query, keys and
+    values padded in their own dtype (`padded_once`; None for an operand each pass pads itself: a query dequantized
+    from fp8, keys and values read from a cache, long host parts)."""
 
     mask: Tensor
     rows: Tensor
@@ -131,6 +147,7 @@ class PackedLayout:
     num_keys: Tensor
     q_pos: Tensor
     bias: Tensor | None
+    operands: tuple[Tensor | None, Tensor | None, Tensor | None] = (None, None, None)
 
     @staticmethod
     def of(inputs: Inputs) -> "PackedLayout":
@@ -153,8 +170,14 @@ class PackedLayout:
             host = transfer.move_all(host + list(real_positions(case.kv_lens, max_k).nonzero().unbind(1)), dev)
             key_rows = (host[6], host[7])
         mask, rows, seq_of, query_of, num_keys, positions = host[:6]
+        query = None if inputs.query_fp8 is not None else padded_once(
+            list(inputs.query.split(case.query_lens)), (seq_of, query_of), max_q)
+        keys = values = None
+        if inputs.cache is None:
+            keys = padded_once(list(inputs.keys), key_rows, max_k)
+            values = None if keys is None else padded_once(list(inputs.values), key_rows, max_k)
         return PackedLayout(mask, rows, (seq_of, query_of), key_rows, num_keys, positions,
-                            torch.stack(biases) if biases else None)
+                            torch.stack(biases) if biases else None, (query, keys, values))
 
 
 @dataclass(frozen=True)
@@ -217,13 +240,20 @@ def pack_scores(inputs: Inputs, *, dtype: torch.dtype = torch.float64, reorder: 
     query = inputs.query if inputs.query_fp8 is None else query_for_oracle(inputs, dtype)
     dev = query.device
     n_seq, max_q, max_k = len(case.sequences), case.max_query_len, case.max_kv_len
-    if inputs.cache is None:  # widened as they are padded (the packed passes read them once each)
-        ks, vs = inputs.keys, inputs.values
+    once_q, once_k, once_v = layout.operands
+    if once_q is not None:
+        q = widen(once_q, dtype)  # [B, H, Q, D]
     else:
-        ks, vs = zip(*(sequence_kv(inputs, i, dtype) for i in range(n_seq)))
-    q = _heads_first(list(query.split(case.query_lens)), layout.token_rows, max_q, dtype)  # [B, H, Q, D]
-    k = _heads_first(list(ks), layout.key_rows, max_k, dtype)  # [B, H_kv, K, D]
-    v = _heads_first(list(vs), layout.key_rows, max_k, dtype)  # [B, H_kv, K, D_v]
+        q = _heads_first(list(query.split(case.query_lens)), layout.token_rows, max_q, dtype)
+    if once_k is not None:
+        k, v = widen(once_k, dtype), widen(once_v, dtype)  # [B, H_kv, K, D], [B, H_kv, K, D_v]
+    else:
+        if inputs.cache is None:  # widened as they are padded (the packed passes read them once each)
+            ks, vs = inputs.keys, inputs.values
+        else:
+            ks, vs = zip(*(sequence_kv(inputs, i, dtype) for i in range(n_seq)))
+        k = _heads_first(list(ks), layout.key_rows, max_k, dtype)
+        v = _heads_first(list(vs), layout.key_rows, max_k, dtype)
     if reorder:
         scores = score_product(q, k * case.softmax_scale)
     else:

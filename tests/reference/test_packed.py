@@ -23,6 +23,7 @@ from fuzz.tolerance import limits, rule_for
 from reference.case import Case, SequenceSpec
 from reference.inputs import materialize
 from reference.visibility import visible, visible_padded
+from reference.widening import widen
 from reference import packed
 from reference.packed import (PACKED_ELEMENTS_GPU, PackedLayout, pack_scores, packable, packed_attention, packed_baseline,
                               padded_elements)
@@ -156,7 +157,8 @@ def test_the_padded_masks_agree_under_every_mask_rule(case):
 
 @given(cases(ORACLE_CAPS, LIMITS))
 def test_the_gpus_one_scatter_pads_the_operands_as_the_hosts_copies_do(case):
-    # a GPU pads each operand in one scatter (packed.scattered), the host with a copy a sequence: the same bits
+    # a GPU pads each operand in one scatter (packed.scattered), the host with a copy a sequence and pass or, where the
+    # parts are short, once for both passes (packed.padded_once): the same bits
     inputs = materialize(case)
     assume(inputs.cache is None and inputs.query_fp8 is None)
     layout = PackedLayout.of(inputs)
@@ -165,8 +167,13 @@ def test_the_gpus_one_scatter_pads_the_operands_as_the_hosts_copies_do(case):
     operands = ((list(inputs.query.split(case.query_lens)), layout.token_rows, case.max_query_len),
                 (list(inputs.keys), key_rows, case.max_kv_len), (list(inputs.values), key_rows, case.max_kv_len))
     for parts, at, length in operands:
+        once = packed.padded_once(parts, at, length)  # the host's pad for both passes, where its parts are short
+        assert (once is None) == (length > packed.PAD_ONCE_TOKENS)
         for dtype in (torch.float64, case.dtype.torch):
-            assert torch.equal(packed.scattered(parts, at, length, dtype), packed._heads_first(parts, at, length, dtype))
+            by_part = packed._heads_first(parts, at, length, dtype)
+            assert torch.equal(packed.scattered(parts, at, length, dtype), by_part)
+            if once is not None:
+                assert torch.equal(widen(once, dtype), by_part)
 
 
 def test_padding_is_never_seen_nor_added():
