@@ -10,17 +10,17 @@ def shift_by_one_key(mask: Tensor, num_keys: Tensor | None = None) -> Tensor:
     is left, one key fewer (its last visible key, if it has two or more). [..., q, k] -> same.
 
     `num_keys` (broadcastable to mask.shape[:-1]): the row's real keys when the mask is padded past them
-    (the packed oracle's [B, H|1, Q, K]); a key at or past it is never added."""
+    (the packed oracle's [B, H|1, Q, K]); a key at or past it is never added.
+
+    Written as comparisons with each row's last visible key, not as a gather and a scatter at it: 18 torch operations
+    against 26, on every case the blind check runs on (tests/fuzz/test_tolerance_and_blind.py holds it to the rule
+    read row by row)."""
     if mask.numel() == 0:
         return mask
     k = mask.shape[-1]
     idx = torch.arange(k, device=mask.device)
-    last = torch.where(mask, idx, torch.full_like(idx, -1)).amax(-1)  # [..., q]
+    last = torch.where(mask, idx, -1).amax(-1, keepdim=True)  # [..., q, 1]: -1 where the row sees nothing
     nxt = last + 1
-    out = mask.clone()
-    can_add = nxt < (k if num_keys is None else num_keys)
-    out.scatter_(-1, nxt.clamp(max=k - 1)[..., None], (can_add[..., None] | out.gather(-1, nxt.clamp(max=k - 1)[..., None])))
-    can_drop = ~can_add & (mask.sum(-1) >= 2)
-    drop_at = last.clamp(min=0)[..., None]
-    out.scatter_(-1, drop_at, out.gather(-1, drop_at) & ~can_drop[..., None])
-    return out
+    add = nxt < (k if num_keys is None else num_keys[..., None])
+    drop = ~add & (mask.sum(-1, keepdim=True) >= 2)
+    return (mask | ((idx == nxt) & add)) & ~((idx == last) & drop)
