@@ -62,7 +62,7 @@ def judge_on_device(row: dict[str, Any], caps, inputs: Inputs, expected: Expecte
     values = [expected.num_visible.min(), out.norm(), e.norm(), base.amax(), base.mean(), rounding_error(e, case.dtype.torch),
               e_abs.amax(), expected.lse.abs().amax(), zero if expected.logit_spread is None else expected.logit_spread,
               max_err, argmax, diff.mean(), torch.linalg.vector_norm(diff), out.flatten() @ e.flatten(),
-              out.flatten().gather(0, argmax[None])[0], e.flatten().gather(0, argmax[None])[0]]  # (a tensor index reads)
+              torch.take(out, argmax), torch.take(e, argmax)]  # (one operation each, where a tensor index reads back)
     values.append(diff.div_(e_abs.add_(1e-6)).amax())  # last: it takes diff and e_abs over
     spill = None if actual.output_buffer is None else actual.output_buffer[actual.buffer_rows:]
     values.append(zero if spill is None else (~spill.isnan()).sum())

@@ -217,15 +217,16 @@ class PackedScores:
         return Expected(out, lse, visible, spread)
 
     def attend_transformed(self, transform: Callable[[Tensor, Tensor], Tensor]) -> tuple[Expected, bool]:
-        """attend() under transform(mask, num_keys [B, 1, 1]) -> mask, and whether it changed a real row."""
+        """attend() under transform(mask, num_keys [B, 1, 1]) -> mask, and whether it changed a real row. The transform
+        sees the padded mask and each sequence's key count, and adds no key at or past it (`fuzz.blind.shift_by_one_key`
+        does not): a padded key is never attended."""
         expected, changed = self.shifted(transform, counts=True)
         return expected, bool(changed)
 
     def shifted(self, transform: Callable[[Tensor, Tensor], Tensor], counts: bool = False) -> tuple[Expected, Tensor]:
         """attend_transformed() with the yes / no left on the scores' device (a 0-dim bool tensor): the caller reads it
         back with the rest."""
-        keys = torch.arange(self.mask.shape[-1], device=self.mask.device)
-        moved = transform(self.mask, self.num_keys[:, None, None]) & (keys < self.num_keys[:, None, None, None])
+        moved = transform(self.mask, self.num_keys[:, None, None])
         changed = ((moved != self.mask) & self.rows[:, None, :, None]).any()
         return self.attend(moved, counts), changed
 
