@@ -136,7 +136,7 @@ class PackedLayout:
     """What the padded passes of one case share whatever their dtype: the mask [B, H|1, Q, K] (False on padding),
     the real rows [B, Q] and the (sequence, query) index pair [N] of each in token order, on a GPU the (sequence, key)
     pair of each real key in the same order (None on the host, where nothing reads it), each sequence's key count [B],
-    the query positions [B, Q] (ALiBi; 0 on padding), the qq_bias scores [B, Q, K] or None, and the query, keys and
+    the query positions [B, Q] (0 on padding; None without ALiBi, the one reader), the qq_bias scores [B, Q, K] or None, and the query, keys and
     values padded in their own dtype (`padded_once`; None for an operand each pass pads itself: a query dequantized
     from fp8, keys and values read from a cache, long host parts)."""
 
@@ -145,7 +145,7 @@ class PackedLayout:
     token_rows: tuple[Tensor, Tensor]
     key_rows: tuple[Tensor, Tensor] | None
     num_keys: Tensor
-    q_pos: Tensor
+    q_pos: Tensor | None
     bias: Tensor | None
     operands: tuple[Tensor | None, Tensor | None, Tensor | None] = (None, None, None)
 
@@ -161,15 +161,17 @@ class PackedLayout:
                 biases.append(torch.nn.functional.pad(bias, (0, max_k - bias.shape[-1], 0, max_q - bias.shape[-2])))
         rows = real_positions(case.query_lens, max_q)
         seq_of, query_of = rows.nonzero().unbind(1)  # (sequence, query) of each real row, row-major: in token order
-        offsets = torch.tensor([case.query_offset(seq) for seq in case.sequences]).unsqueeze(1)
-        positions = torch.where(rows, torch.arange(max_q).unsqueeze(0) + offsets, 0)  # query_positions, padded
-        host = [visible_padded(case, max_q, max_k), rows, seq_of, query_of, torch.tensor(case.kv_lens), positions]
+        host = [visible_padded(case, max_q, max_k), rows, seq_of, query_of, torch.tensor(case.kv_lens)]
+        if inputs.alibi_slopes is not None:  # the query positions, padded with 0: only ALiBi reads them
+            offsets = torch.tensor([case.query_offset(seq) for seq in case.sequences]).unsqueeze(1)
+            host.append(torch.where(rows, torch.arange(max_q).unsqueeze(0) + offsets, 0))
         key_rows = None
         if dev.type != "cpu":  # built on the host, moved in one copy: each .to() of its own was a synchronisation of a
             # shared GPU; with the keys' (sequence, key) rows, which only the GPU's one-scatter padding reads
             host = transfer.move_all(host + list(real_positions(case.kv_lens, max_k).nonzero().unbind(1)), dev)
-            key_rows = (host[6], host[7])
-        mask, rows, seq_of, query_of, num_keys, positions = host[:6]
+            key_rows = (host[-2], host[-1])
+        mask, rows, seq_of, query_of, num_keys = host[:5]
+        positions = host[5] if inputs.alibi_slopes is not None else None
         query = None if inputs.query_fp8 is not None else padded_once(
             list(inputs.query.split(case.query_lens)), (seq_of, query_of), max_q)
         keys = values = None

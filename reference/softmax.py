@@ -37,9 +37,8 @@ def probabilities(scores: Tensor, lse: Tensor) -> Tensor:
     if lse.device.type == "cpu" and all_finite(lse):
         return torch.exp(scores - lse[..., None])
     finite = torch.isfinite(lse)
-    safe_lse = torch.where(finite, lse, torch.zeros_like(lse))
-    p = torch.exp(scores - safe_lse[..., None])
-    return torch.where(finite[..., None], p, torch.zeros_like(p))
+    p = torch.exp(scores - lse.where(finite, 0.0)[..., None])
+    return p.masked_fill_(~finite[..., None], 0.0)
 
 
 @dataclass(frozen=True)
