@@ -136,9 +136,9 @@ class PackedLayout:
     """What the padded passes of one case share whatever their dtype: the mask [B, H|1, Q, K] (False on padding),
     the real rows [B, Q] and the (sequence, query) index pair [N] of each in token order, on a GPU the (sequence, key)
     pair of each real key in the same order (None on the host, where nothing reads it), each sequence's key count [B],
-    the query positions [B, Q] (0 on padding; None without ALiBi, the one reader), the qq_bias scores [B, Q, K] or None, and the query, keys and
-    values padded in their own dtype (`padded_once`; None for an operand each pass pads itself: a query dequantized
-    from fp8, keys and values read from a cache, long host parts)."""
+    the query positions [B, Q] (0 on padding; None without ALiBi, their one reader), the qq_bias scores [B, Q, K] or
+    None, and the query, keys and values padded in their own dtype (`padded_once`; None for an operand each pass pads
+    itself: a query dequantized from fp8, keys and values read from a cache, long host parts)."""
 
     mask: Tensor
     rows: Tensor
@@ -220,8 +220,8 @@ class PackedScores:
 
     def attend_transformed(self, transform: Callable[[Tensor, Tensor], Tensor]) -> tuple[Expected, bool]:
         """attend() under transform(mask, num_keys [B, 1, 1]) -> mask, and whether it changed a real row. The transform
-        sees the padded mask and each sequence's key count, and adds no key at or past it (`fuzz.blind.shift_by_one_key`
-        does not): a padded key is never attended."""
+        sees the padded mask and each sequence's key count, and must add no key at or past that count (as
+        `fuzz.blind.shift_by_one_key` never does): nothing here masks padded keys out again."""
         expected, changed = self.shifted(transform, counts=True)
         return expected, bool(changed)
 
