@@ -5,6 +5,8 @@ from hypothesis import HealthCheck, given, seed, settings
 
 import dataclasses
 
+import torch
+
 import reference as r
 from backends.base import Feature
 from backends.naive import NAIVE_CAPS
@@ -102,6 +104,18 @@ def test_magnitudes_encodings_and_the_recent_and_edge_classes_are_drawn():
     assert {c.values.edge_value_gain for c in others if c.max_kv_len > 128} == {32.0}
     assert all(c.values.logit_scale <= 4 for c in draws if c.values.distribution == r.ValueDistribution.OUTLIERS)
     assert frac(lambda c: c.attn_type == r.AttentionType.KERNEL and c.cache is not None) > 0.1  # paged raw-API cases
+
+
+def test_sinks_differ_across_heads_lie_near_the_scores_and_are_stored_in_the_model_dtype():
+    # a kernel that reads one head's sink for every head shows only where the heads' sinks differ
+    draws = [c for c in _draws(get("flashinfer-decode").caps) if c.sinks is not None and c.num_heads > 1]
+    assert len(draws) > 100
+    assert sum(len(set(c.sinks)) > 1 for c in draws) / len(draws) > 0.5
+    assert sum(len(set(c.sinks)) >= min(c.num_heads, 4) for c in draws) / len(draws) > 0.4
+    for c in draws:
+        near = sorted(c.sinks, key=abs)[:-1]  # one head's sink may be drawn far above / below the scores
+        assert all(-4.0 <= x <= 6.0 for x in near), c.sinks
+        assert list(c.sinks) == torch.tensor(c.sinks, dtype=c.dtype.torch).float().tolist()
 
 
 def test_vllm_alibi_slopes_for_head_counts_that_are_not_powers_of_two():
