@@ -85,8 +85,9 @@ def test_the_declaration_asks_for_the_zero_dimensions_of_the_layer_s_shape():
 @pytest.mark.parametrize("name", ["vllm-layer-triton-mla", "vllm-layer-flashmla", "vllm-layer-flash-attn-mla"])
 def test_drawn_cases_carry_the_zero_dimensions_and_their_queries_are_zero_there(name):
     backend = get(name)
-    # 100: the (derandomized) draws reach each of the four head-size pairs 20-30 times; 60 drew none of one
-    drawn = drawn_cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), 100)
+    # 200: the (derandomized) draws reach each of the four head-size pairs 27-69 times; 100 drew none of (320, 128)
+    # (hypothesis's first examples lean on a few choice sequences, so one pair can sit out a short run)
+    drawn = drawn_cases(backend.caps, Limits(max_sequences=3, max_context=40, max_query=6), 200)
     assert {(c.head_size, c.value_size) for c in drawn} == set(backend.caps.head_size_pairs)
     # fp8 caches come with batches the decode path takes whole (Capabilities.fp8_decode_batches): 61 of 300 drawn
     # cases of the TRITON_MLA layer were refused for a prefill before
