@@ -8,7 +8,8 @@
 # the machine falls on both; each tree reads only its own modules (PYTHONPATH, cwd). $OUT/ab.md gets the rows
 # of benchmarks/throughput.py (this tree's script, which reads either tree's rows), the logs $OUT/ab.log, the mean milliseconds
 # of each part by size tier and oracle device $OUT/ab-tiers.md. OLD_PATH / NEW_PATH: folders put on each tree's
-# PYTHONPATH after it (another version of a package, e.g. hypothesis installed with pip --target). Part draws runs
+# PYTHONPATH after it (another version of a package, e.g. hypothesis installed with pip --target). OLD_ARGS / NEW_ARGS:
+# arguments added to each tree's campaigns (OLD=. NEW_ARGS="--eval-batch 8": one tree, two settings). Part draws runs
 # benchmarks/draw_speed.py in this tree under OLD_PATH, then NEW_PATH ($OUT/draws.md): the package alone.
 set -uo pipefail
 PY=${PY:-python3}
@@ -49,8 +50,8 @@ for part in $PARTS; do
              done; continue ;;
       *) echo "unknown part $part" >> "$OUT/ab.log"; continue ;;
     esac
-    campaign "$OLD" "old-$part-$b" "${args[@]}"
-    campaign "$NEW" "new-$part-$b" "${args[@]}"
+    campaign "$OLD" "old-$part-$b" "${args[@]}" ${OLD_ARGS:-}
+    campaign "$NEW" "new-$part-$b" "${args[@]}" ${NEW_ARGS:-}
   done
 done
 cat "$OUT/ab.md"
