@@ -40,7 +40,6 @@ class CampaignConfig:
     # JIT first calls' share of the workers after the warm-up (campaign.claims.compile_slots_at); 1: compile where drawn
     compile_share: float = 0.2
     profile_dir: str | None = None  # --profile: the workers' and the driver's cProfile statistics (campaign.profiling)
-    eval_batch: int = 1  # --eval-batch: cases a worker draws before it evaluates them (campaign.tasks.WorkerConfig)
 
 
 @dataclass

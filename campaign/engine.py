@@ -413,7 +413,7 @@ def _run_campaign(cfg: CampaignConfig) -> CampaignResult:
                         slots_dir=str(Path(cfg.out).resolve() / "logs" / "compile-slots"),
                         profile_dir=str(Path(cfg.profile_dir).resolve()) if cfg.profile_dir else None,
                         # small cases 0.92x the time on a CPU host, no gain on an H200's host (campaign.allocator)
-                        keep_freed_memory=gpus == 0, eval_batch=cfg.eval_batch)
+                        keep_freed_memory=gpus == 0)
     if cfg.use_ray:
         from .ray_pool import RayPool
 

@@ -115,11 +115,6 @@ class WorkerConfig:
     slots_dir: str | None = None  # the campaign's compile slot locks (campaign.claims); None: the cache folder's
     profile_dir: str | None = None  # --profile: each worker's cProfile statistics go there (campaign.profiling)
     keep_freed_memory: bool = False  # malloc keeps what a case frees (campaign.allocator): a host without GPUs
-    eval_batch: int = 1  # generated cases drawn before they are evaluated, in the order drawn (campaign.worker)
-
-    def __post_init__(self) -> None:
-        if self.eval_batch < 1:
-            raise ValueError(f"eval_batch: a whole number of cases >= 1, not {self.eval_batch!r}")
 
     def to_dict(self) -> dict:
         return {"seed": self.seed, "limits": self.limits, "specs": list(self.specs), "threads": self.threads,
@@ -127,8 +122,7 @@ class WorkerConfig:
                 "shrink_examples": self.shrink_examples, "compile_slices": self.compile_slices,
                 "cache_dir": self.cache_dir, "compile_share": self.compile_share,
                 "compile_slots": self.compile_slots, "slots_dir": self.slots_dir,
-                "profile_dir": self.profile_dir, "keep_freed_memory": self.keep_freed_memory,
-                "eval_batch": self.eval_batch}
+                "profile_dir": self.profile_dir, "keep_freed_memory": self.keep_freed_memory}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkerConfig":
@@ -143,8 +137,7 @@ class WorkerConfig:
                    compile_slots=d.get("compile_slots", default.compile_slots),
                    slots_dir=d.get("slots_dir", default.slots_dir),
                    profile_dir=d.get("profile_dir", default.profile_dir),
-                   keep_freed_memory=d.get("keep_freed_memory", default.keep_freed_memory),
-                   eval_batch=d.get("eval_batch", default.eval_batch))
+                   keep_freed_memory=d.get("keep_freed_memory", default.keep_freed_memory))
 
 
 def cores() -> int:

@@ -260,7 +260,6 @@ class Worker(ModuleClaims, Shrinking):
         backend, strategy, prefix = self._backend(task.backend, task.shard, task.key, task.tour, task.pins_of)
         fresh = Fresh(prefix)
         state = {"index": 0, "stopped": False, "waiting": 0}
-        pending: list[tuple[Case, dict, int]] = []  # drawn, evaluated EVAL_BATCH at a time (WorkerConfig.eval_batch)
         built = frozenset(task.built)
         drawn = time.perf_counter()  # when the previous case's turn ended: hypothesis draws the next one from here
         self.spent["setup_s"] += drawn - setup  # the strategy and its fixed prefix, once per process and strategy
@@ -290,7 +289,6 @@ class Worker(ModuleClaims, Shrinking):
                 where["pins_of"] = task.pins_of  # rows, waiting cases' rows too, say it: resume and shrinks draw alike
             waits_for, claim = self._defers(backend, case, built) if not self.config.compile_slices else (None, None)
             if waits_for is not None:  # the driver hands it out once the module is built (campaign.compiles)
-                evaluate_pending()  # messages in the order drawn: a deferral moves the shard's `done` past it
                 self.send({"type": "deferred", "key": waits_for[0], "unit": waits_for[1], "case": case.to_json(),
                            **where})
                 # of a key this process has run: it waits for another module of that key (a variant)
@@ -302,52 +300,27 @@ class Worker(ModuleClaims, Shrinking):
                 return
             state["waiting"] = 0
             spend("draw_s")
-            pending.append((case, where, i))
-            if claim is not None or len(pending) >= self.config.eval_batch:  # a claim's slot is not held over draws
-                evaluate_pending(claim)
-
-        def evaluate_pending(claim=None) -> None:
-            """The drawn cases in the order drawn, the last under `claim`; on the deadline the rest are left to the
-            shard's next task (their examples are past its `done`, so it draws them again)."""
-            try:
-                evaluate_in_order(claim)
-            finally:
-                if claim is not None:  # left unevaluated (the deadline, a sticky error before it): its slot goes free
-                    claim.done(built=False)
-
-        def evaluate_in_order(claim) -> None:
-            while pending:
-                case, where, i = pending.pop(0)
-                if self._over(deadline):
-                    pending.clear()
-                    state["stopped"] = True
-                    return
-                row, evaluation = self._evaluate_claimed(backend, case, where, claim if not pending else None)
-                row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
-                if task.key:
-                    row["focus_key"] = task.key  # a focused shard's row (campaign.focus.FOCUSED_PER_WHOLE)
-                    if task.tour:
-                        row["tour"] = True  # of a key nothing was drawn of before (campaign.focus.TOUR_SIZE)
-                    if (task.backend, task.pins_of or task.shard) in self.pins:  # its focused shard's pins (fuzz.shapes)
-                        row["shape_pins"] = self.pins[task.backend, task.pins_of or task.shard]
-                sticky = self._marked_sticky(row)
-                self.send({"type": "row", "row": row})
-                self.rows += 1
-                spend("evaluated_s")  # the row's own parts and its message
-                if sticky:  # the cases drawn after it would run on an unusable device: the shard's next task draws them
-                    pending.clear()
-                    state["stopped"] = state["sticky"] = True  # hypothesis calls once more to report: a no-op
-                    self._report_sticky(task.backend, row, evaluation)
+            row, evaluation = self._evaluate_claimed(backend, case, where, claim)
+            row.update(phase="generate", example_id=f"{task.backend}/{task.shard}/{i}", t=time.time(), **where)
+            if task.key:
+                row["focus_key"] = task.key  # a focused shard's row (campaign.focus.FOCUSED_PER_WHOLE)
+                if task.tour:
+                    row["tour"] = True  # of a key nothing was drawn of before (campaign.focus.TOUR_SIZE)
+                if (task.backend, task.pins_of or task.shard) in self.pins:  # its focused shard's pins (fuzz.shapes)
+                    row["shape_pins"] = self.pins[task.backend, task.pins_of or task.shard]
+            sticky = self._marked_sticky(row)
+            self.send({"type": "row", "row": row})
+            self.rows += 1
+            spend("evaluated_s")  # the row's own parts and its message
+            if sticky:
+                state["stopped"] = state["sticky"] = True  # hypothesis calls once more to report: a no-op
+                self._report_sticky(task.backend, row, evaluation)
 
         test = hypothesis_settings(fresh.budget(task.size), [Phase.generate])(
             seed(shard_seed(self.config.seed, task.backend, task.shard))(given(strategy)(one)))
         try:
             test()
         except (_Stop, StickyDeviceError):
-            pass
-        try:
-            evaluate_pending()  # the last batch, drawn before hypothesis ended or the task's size was reached
-        except StickyDeviceError:
             pass
         if state.get("sticky"):
             raise StickyDeviceError(task.label)

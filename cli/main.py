@@ -13,7 +13,6 @@ import warnings
 from pathlib import Path
 
 from backends.registry import BackendSpecError
-from campaign.config import CampaignConfig
 
 from .caseio import UsageError, load_case_file
 
@@ -67,7 +66,7 @@ def _workers(text: str) -> int | str:
 
 def _cmd_fuzz(a) -> int:
     from backends.registry import listings
-    from campaign.engine import run_campaign
+    from campaign.engine import CampaignConfig, run_campaign
     from campaign.store import StoreError
     from fuzz.strategies import LimitsError, limits_from_json
 
@@ -90,8 +89,6 @@ def _cmd_fuzz(a) -> int:
         raise UsageError(f"--time={a.time}: seconds > 0")
     if not 0.0 < a.compile_share <= 1.0:
         raise UsageError(f"--compile-share={a.compile_share}: a share in (0, 1] (1: compile every case where drawn)")
-    if a.eval_batch < 1:
-        raise UsageError(f"--eval-batch={a.eval_batch}: a whole number of cases >= 1")
     if a.profile is not None:
         try:
             Path(a.profile).mkdir(parents=True, exist_ok=True)
@@ -106,7 +103,7 @@ def _cmd_fuzz(a) -> int:
                          oracle_cpu_max=a.oracle_cpu_max, replay_saved=not a.no_replay,
                          use_ray=a.ray is not None, ray_address=a.ray or None, progress=not a.quiet,
                          compile_slices=a.compile_slices, mps=a.mps, cache_dir=a.cache_dir,
-                         compile_share=a.compile_share, profile_dir=a.profile, eval_batch=a.eval_batch)
+                         compile_share=a.compile_share, profile_dir=a.profile)
     if cfg.use_ray:
         import importlib.util
 
@@ -294,9 +291,6 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--profile", metavar="DIR",
                    help="run every worker's tasks and the driver under cProfile, statistics in DIR (worker-PID.prof, "
                         "driver.prof; `python benchmarks/worker_profile.py DIR` tabulates them); slows the campaign")
-    f.add_argument("--eval-batch", type=int, default=CampaignConfig.eval_batch, metavar="N",
-                   help="cases a worker draws before it evaluates them, in the order drawn; the rows and the "
-                        "buckets are the same for every N (default %(default)s)")
     f.add_argument("--mutants", action="store_true", help="allow mutant-* backends")
     f.add_argument("--limits", default="{}", help="JSON of fuzz.limits.Limits: sizes, and a focus "
                    'for JIT-compiled kernels, e.g. \'{"dtypes": ["bfloat16"], "head_sizes": [128]}\'')
