@@ -34,7 +34,9 @@ from .widening import fast_source, widen
 PACKED_ELEMENTS = CHUNK_ELEMENTS // 4
 # Padding a case may add: past about twice its real score elements the padded products cost more than the
 # per-sequence loop saves (one CPU thread, 300 drawn torch-sdpa-math cases: equal at 1.5-2x, 1.5x slower at 4x,
-# a 1,024-key decode beside two 1-key ones 7x slower).
+# a 1,024-key decode beside two 1-key ones 7x slower); after the padded-once operands, 4-8x and unbounded still
+# 0.92-1.08x at the small tier and 1.10-1.20x at the tile tier (benchmarks/max_padding.py,
+# benchmarks/results/throughput/max-padding-cpu-2026-12-02.md).
 MAX_PADDING = 2.0
 SMALL_ELEMENTS = 4096  # below this, any padding is cheaper than a second sequence's loop
 # On a GPU the padded arithmetic is cheap and each operation is a launch that the campaign's workers queue for: a case
