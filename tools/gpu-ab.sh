@@ -9,7 +9,7 @@
 # of benchmarks/throughput.py (this tree's script, which reads either tree's rows), the logs $OUT/ab.log, the mean milliseconds
 # of each part by size tier and oracle device $OUT/ab-tiers.md. OLD_PATH / NEW_PATH: folders put on each tree's
 # PYTHONPATH after it (another version of a package, e.g. hypothesis installed with pip --target). OLD_ARGS / NEW_ARGS:
-# arguments added to each tree's campaigns (OLD=. NEW_ARGS="--eval-batch 8": one tree, two settings). Part draws runs
+# arguments added to each tree's campaigns (OLD=. NEW_ARGS="--oracle-cpu-max 262144": one tree, two settings). Part draws runs
 # benchmarks/draw_speed.py in this tree under OLD_PATH, then NEW_PATH ($OUT/draws.md): the package alone.
 set -uo pipefail
 PY=${PY:-python3}
