@@ -41,6 +41,11 @@ def run(backend, drawn: list, limit: float) -> tuple[float, list[dict]]:
     return time.perf_counter() - start, rows
 
 
+def packed_under(inputs: list, limit: float) -> list[bool]:
+    packed.MAX_PADDING = limit
+    return [packed.packable(i) for i in inputs]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", action="append", default=None)
@@ -66,13 +71,14 @@ def main() -> None:
                 best[x] = min(best[x], seconds)
         first = limits[0]
         inputs = [materialize(c) for c in drawn]
+        before = packed_under(inputs, first)
         for x in limits:
-            packed.MAX_PADDING = x
-            now = [packed.packable(i) for i in inputs]
-            packed.MAX_PADDING = first
-            before = [packed.packable(i) for i in inputs]
+            now = packed_under(inputs, x)
             new = [j for j, (n, b) in enumerate(zip(now, before)) if n and not b]
-            part = lambda rs: sum(rs[j]["oracle_s"] + rs[j]["compare_s"] for j in new) / max(len(new), 1) * 1e3  # noqa: E731
+
+            def part(rs: list[dict]) -> float:  # mean oracle + compare ms over the newly packed cases
+                return sum(rs[j]["oracle_s"] + rs[j]["compare_s"] for j in new) / max(len(new), 1) * 1e3
+
             differ = sum(v != w for v, w in zip(verdicts(rows[x]), verdicts(rows[first])))
             print(f"| {name} | {a.tiers} | {x:g} | {sum(now)} / {len(drawn)} | {best[x] / len(drawn) * 1e3:.2f} | "
                   f"{best[x] / best[first]:.2f}x | {len(new)} | {part(rows[first]):.2f} -> {part(rows[x]):.2f} | {differ} |")
