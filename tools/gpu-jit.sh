@@ -12,7 +12,8 @@
 # NAME-compile_keys.csv, NAME-compile_draws.json, NAME-rows.jsonl.xz (tools/analysis/first-calls.py reads it; a
 # 10-minute FlashInfer campaign's is about 100 MB, over what a call brings back). NO_SPLIT=1 leaves out
 # benchmarks/throughput.py's split (a minute or two on 300,000 rows) and the rows' copy where device time is short.
-# PART=until NAME=... waits for the end only, so the next campaign can start before this one's report; PART=pack packs
+# PART=until NAME=... waits for the end only (and brings NAME.log back), so the next campaign can start before this
+# one's report; PART=pack packs
 # the log and the results folder into $OUT/NAME.tar.xz.part.aa, .ab, ... (15 MiB each: a file over 16 MiB does not
 # come back; a 10-minute campaign's folder packs to about 26 MB) for a report here:
 #   cat NAME.tar.xz.part.* | tar xJf -; python benchmarks/jit_campaign.py NAME; python -m cli report NAME
@@ -40,8 +41,10 @@ case ${PART:-start} in
       >> "/tmp/jit-res/$NAME.log" 2>&1 < /dev/null &
     echo $! > "/tmp/jit-res/$NAME.pid"
     sleep "${SLEEP:-40}"; ps -o pid,etime,cmd -p "$(cat /tmp/jit-res/$NAME.pid)" | cut -c1-120; tail -3 "/tmp/jit-res/$NAME.log" ;;
-  until)  # only waits for the campaign's end (at most UNTIL s): the next campaign may start before this one's report
-    wait_end ;;
+  until)  # only waits for the campaign's end (at most UNTIL s): the next campaign may start before this one's report;
+    # the live lines so far come back even if the machine is taken back before the report, as it was for a run of
+    # benchmarks/results/campaigns/jit-untold-flashinfer-cold-h200-2026-12-03.md
+    wait_end; cp "/tmp/jit-res/$NAME.log" "$OUT/$NAME.log"; grep -E "^\[" "$OUT/$NAME.log" | tail -1 ;;
   pack)  # the raw results alone, in parts ($OUT takes 8 files): benchmarks/jit_campaign.py runs anywhere on them
     wait_end
     kill -0 "$pid" 2> /dev/null && echo "$NAME still running"
