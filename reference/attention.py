@@ -178,24 +178,25 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
         q_pos = torch.arange(num_q, device=q.device) + (num_k - num_q)
     if k_pos is None:
         k_pos = torch.arange(num_k, device=q.device)
-    parts = list(blocks(num_q, num_k, num_heads, chunk_elements, key_chunk))
-    if len(parts) != 1:
-        out = torch.zeros(num_q, num_heads, v.shape[-1], dtype=dtype, device=q.device)
-        lse = torch.full((num_q, num_heads), -math.inf, dtype=dtype, device=q.device)
-    for rows, keys in parts:
-        part_out, part_lse = _attend_block(
+    def attend_block(rows: slice, keys: slice) -> tuple[Tensor, Tensor]:
+        return _attend_block(
             q[rows].to(dtype), k[keys].to(dtype), v[keys].to(dtype), visible[:, rows, keys],
             scale=scale, q_pos=q_pos[rows], k_pos=k_pos[keys],
             alibi=alibi, soft_cap=soft_cap, reorder=reorder,
             bias=None if bias is None else bias[rows, keys], rounding=rounding,
             sink=None if sink is None or rounding is None else sink.to(dtype))
-        if len(parts) == 1:
-            # a sequence held in one block is its own state: merging it into the empty one is the identity
-            # (reference.merge's contract), and was a fifth of the oracle's time on the small tier's
-            # multi-sequence cases (benchmarks/results/throughput/one-block-cpu-2026-12-03.md)
-            out, lse = part_out, part_lse
-        else:
-            out[rows], lse[rows] = merge_attn_states(out[rows], lse[rows], part_out, part_lse)
+
+    parts = list(blocks(num_q, num_k, num_heads, chunk_elements, key_chunk))
+    if len(parts) == 1:
+        # a sequence held in one block is its own state: merging it into the empty one is the identity
+        # (reference.merge's contract), and was a fifth of the oracle's time on the small tier's
+        # multi-sequence cases (benchmarks/results/throughput/one-block-cpu-2026-12-03.md)
+        out, lse = attend_block(*parts[0])
+    else:
+        out = torch.zeros(num_q, num_heads, v.shape[-1], dtype=dtype, device=q.device)
+        lse = torch.full((num_q, num_heads), -math.inf, dtype=dtype, device=q.device)
+        for rows, keys in parts:
+            out[rows], lse[rows] = merge_attn_states(out[rows], lse[rows], *attend_block(rows, keys))
     if sink is not None:
         out, lse = add_sink(out, lse, sink)
     return out, lse
