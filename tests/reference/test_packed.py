@@ -66,9 +66,11 @@ def test_packed_oracle_equals_the_chunked_one_with_the_bias_held_in_the_model_dt
     agree(packed_attention(inputs), attention(inputs))
 
 
-@given(cases(ORACLE_CAPS, LIMITS))
+@given(cases(ORACLE_CAPS, replace(LIMITS, tiers=("small",))))
 def test_packed_oracle_equals_the_chunked_one_in_small_chunks(case):
-    # the chunked path merges key and query chunks by LSE: cut them small so that merge is what is compared
+    # the chunked path merges key and query chunks by LSE: cut them small so that merge is what is compared. Small
+    # cases only: a tile case's 513 keys in chunks of two made this one test 44 s of the suite's 860 on the 2-core CPU,
+    # and the tiles' own chunk boundaries are the test above's
     inputs = materialize(case)
     assume(packable(inputs) and case.max_kv_len > 2)
     agree(packed_attention(inputs), attention(inputs, key_chunk=2, chunk_elements=case.num_heads * 2))
