@@ -8,6 +8,7 @@ once per seed; the table gives the median over seeds. Correct backends get the s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import statistics
 import sys
@@ -25,6 +26,7 @@ from backends.registry import listings  # noqa: E402
 from fuzz.compare import Verdict, evaluate  # noqa: E402
 from fuzz.ledger import known_for  # noqa: E402
 from campaign.allocator import keep_freed_memory  # noqa: E402
+from campaign.drawing import global_prngs_left_alone  # noqa: E402
 from campaign.scheduler import WARMUP_SHARD  # noqa: E402
 from fuzz.strategies import Limits, cases, limits_from_json  # noqa: E402
 from fuzz.warm_up import warm_up_cases  # noqa: E402
@@ -35,12 +37,13 @@ class Killed(Exception):
     pass
 
 
-def first_kill(backend, seed_value: int, budget: int, limits: Limits = Limits()):
+def first_kill(backend, seed_value: int, budget: int, limits: Limits = Limits(), seeded_prngs: bool = False):
     """(examples, seconds, verdict, message) of the first failing verdict, or None. As a campaign draws them:
     the warm-up shard's WARMUP_SHARD small cases first, then the full strategy for the rest of the budget.
     Taken when the failing row is judged, as a campaign records it: hypothesis then runs the failing example once
     more and prints it before it stops, which a campaign's worker does not wait for (its rows are sent as judged);
-    that replay is answered at once and counted neither as an example nor in the seconds."""
+    that replay is answered at once and counted neither as an example nor in the seconds. The global PRNGs are left
+    alone as in a campaign's worker (campaign.drawing.global_prngs_left_alone) unless `seeded_prngs`."""
     n = {"i": 0}
     kill: list[tuple] = []
     start = time.perf_counter()
@@ -66,9 +69,10 @@ def first_kill(backend, seed_value: int, budget: int, limits: Limits = Limits())
 
     warm = min(WARMUP_SHARD, budget)
     try:
-        phase(warm_up_cases(backend.caps, limits), warm)
-        if budget > warm:
-            phase(cases(backend.caps, limits), budget - warm)
+        with contextlib.nullcontext() if seeded_prngs else global_prngs_left_alone():
+            phase(warm_up_cases(backend.caps, limits), warm)
+            if budget > warm:
+                phase(cases(backend.caps, limits), budget - warm)
     except Killed as k:
         return k.args
     return None
@@ -82,18 +86,22 @@ def main() -> int:
     p.add_argument("--limits", default="{}", help='as attnref fuzz --limits, e.g. \'{"tiers": ["small"]}\'')
     p.add_argument("--default-malloc", action="store_true",
                    help="glibc's malloc defaults, not a campaign worker's kept freed memory (campaign.allocator)")
+    p.add_argument("--seeded-prngs", action="store_true",
+                   help="hypothesis seeding the global PRNGs for each example, which a campaign's worker leaves alone")
     a = p.parse_args()
     malloc = "glibc's defaults" if a.default_malloc else keep_freed_memory()  # as a campaign's worker
     normal_table()  # made once a process, as a campaign's worker makes it at its first large tensor (0.1-0.3 s here)
     limits = limits_from_json(a.limits)
     warnings.simplefilter("ignore")
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    print(f"# detection benchmark: {dev}, torch {torch.__version__}, seeds={a.seeds}, budget={a.budget}, limits={a.limits}; {malloc}")
+    prngs = "global PRNGs seeded by hypothesis" if a.seeded_prngs else "global PRNGs left alone"
+    print(f"# detection benchmark: {dev}, torch {torch.__version__}, seeds={a.seeds}, budget={a.budget}, limits={a.limits}; "
+          f"{malloc}; {prngs}")
     print("| mutant | killed | median examples | median seconds | first verdict |")
     print("|---|---|---|---|---|")
     medians = []
     for m in mutants():
-        kills = [first_kill(m, s, a.budget, limits) for s in range(a.seeds)]
+        kills = [first_kill(m, s, a.budget, limits, a.seeded_prngs) for s in range(a.seeds)]
         got = [k for k in kills if k]
         ex = statistics.median(k[0] for k in got) if got else float("nan")
         sec = statistics.median(k[1] for k in got) if got else float("nan")
@@ -105,7 +113,7 @@ def main() -> int:
     print("\n| correct backend | seeds x budget | false alarms |\n|---|---|---|")
     by_name = {x.backend.name: x.backend for x in listings()}
     for name in names:
-        alarms = [first_kill(by_name[name], s, a.budget, limits) for s in range(a.seeds)]
+        alarms = [first_kill(by_name[name], s, a.budget, limits, a.seeded_prngs) for s in range(a.seeds)]
         bad = [x for x in alarms if x]
         print(f"| {name} | {a.seeds} x {a.budget} | {len(bad)}{' ' + str(bad[0]) if bad else ''} |", flush=True)
     return 0

@@ -4,11 +4,13 @@ processes and the next campaign (`PrefixStore`).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import hypothesis
@@ -147,3 +149,32 @@ def pin_hypothesis_constants() -> None:
         providers._get_local_constants = lambda: empty
     except (ImportError, AttributeError):
         pass
+
+
+def _unseeded(seed: int = 0) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def global_prngs_left_alone() -> Iterator[None]:
+    """Inside it, hypothesis runs each example without seeding and restoring the global PRNGs (`random`'s and
+    numpy's: `hypothesis.internal.entropy.deterministic_PRNG`, which copies out and back in both 625-word states).
+
+    Hypothesis seeds them so that a test which calls `random` repeats itself; what a seed draws comes from the engine's
+    own generator and is the same either way, and nothing a campaign evaluates reads a global PRNG (materialization
+    is seeded from the case, `fuzz.shapes` and the sinks' spread use their own `random.Random`). The seeding was
+    11-23 % of a drawn case's CPU time on the 2-core CPU (flashinfer-decode 3.81 -> 3.29 ms, aten-flash-varlen 2.33 ->
+    1.85: benchmarks/results/throughput/drawing-prngs-cpu-2026-12-03.md), and drawing 16 % of an untold FlashInfer
+    campaign's worker time. Restored on leaving, so the process's other tests seed as before. (Internal API: where it
+    is missing, nothing changes.)"""
+    try:
+        from hypothesis import core
+        seeded = core.deterministic_PRNG
+    except (ImportError, AttributeError):
+        yield
+        return
+    core.deterministic_PRNG = _unseeded
+    try:
+        yield
+    finally:
+        core.deterministic_PRNG = seeded

@@ -36,8 +36,8 @@ from reference.case import Case
 from .caches import KEYS_FOLDER, PREFIXES_FOLDER, cache_root
 from .claims import CompileClaims
 from .compiles import key_text
-from .drawing import (PINNED_PREFIX_SEEDS, PREFIX_SEEDS, Fresh, PrefixStore, fixed_prefix, hypothesis_settings,
-                      pin_hypothesis_constants)
+from .drawing import (PINNED_PREFIX_SEEDS, PREFIX_SEEDS, Fresh, PrefixStore, fixed_prefix, global_prngs_left_alone,
+                      hypothesis_settings, pin_hypothesis_constants)
 from .module_claims import ModuleClaims
 from .profiling import TaskProfiler
 from .shrinking import Shrinking
@@ -226,7 +226,7 @@ class Worker(ModuleClaims, Shrinking):
         """Run one task to its end (or the deadline / a stop request); always ends with a `done` message, which
         carries the task's seconds and, for generation, where they went besides the rows (`spent`). Under cProfile
         with `--profile` (campaign.profiling)."""
-        with self.profiler.task():
+        with self.profiler.task(), global_prngs_left_alone():
             self._run(task, deadline)
 
     def _run(self, task: Task, deadline: float | None) -> None:
