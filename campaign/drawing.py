@@ -162,9 +162,9 @@ def global_prngs_left_alone() -> Iterator[None]:
 
     Hypothesis seeds them so that a test which calls `random` repeats itself; what a seed draws comes from the engine's
     own generator and is the same either way, and nothing a campaign evaluates reads a global PRNG (materialization
-    is seeded from the case, `fuzz.shapes` and the sinks' spread use their own `random.Random`). The seeding was
-    11-23 % of a drawn case's CPU time on the 2-core CPU (flashinfer-decode 3.81 -> 3.29 ms, aten-flash-varlen 2.33 ->
-    1.85: benchmarks/results/throughput/drawing-prngs-cpu-2026-12-03.md), and drawing 16 % of an untold FlashInfer
+    is seeded from the case, `fuzz.shapes` and the sinks' spread use their own `random.Random`). Without the seeding a
+    drawn case takes 0.67-0.91x the CPU time on the 2-core CPU (benchmarks/draw_prngs.py;
+    benchmarks/results/throughput/drawing-prngs-cpu-h200-2026-12-03.md); drawing is 16-17 % of an untold FlashInfer
     campaign's worker time. Restored on leaving, so the process's other tests seed as before. (Internal API: where it
     is missing, nothing changes.)"""
     try:
