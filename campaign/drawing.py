@@ -158,7 +158,7 @@ def _unseeded(seed: int = 0) -> contextlib.AbstractContextManager[None]:
 @contextlib.contextmanager
 def global_prngs_left_alone() -> Iterator[None]:
     """Inside it, hypothesis runs each example without seeding and restoring the global PRNGs (`random`'s and
-    numpy's: `hypothesis.internal.entropy.deterministic_PRNG`, which copies out and back in both 625-word states).
+    numpy's: `hypothesis.internal.entropy.deterministic_PRNG`, which copies both generators' states out and back in).
 
     Hypothesis seeds them so that a test which calls `random` repeats itself; what a seed draws comes from the engine's
     own generator and is the same either way, and nothing a campaign evaluates reads a global PRNG (materialization
