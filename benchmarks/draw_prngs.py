@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import hypothesis  # noqa: E402
 
 from backends.registry import get  # noqa: E402
-from campaign.drawing import early_draws, global_prngs_left_alone  # noqa: E402
+from campaign.drawing import Fresh, early_draws, global_prngs_left_alone  # noqa: E402
 from fuzz.strategies import Limits, cases  # noqa: E402
 
 DEFAULT = ("flashinfer-decode", "fa4-paged", "aten-flash-varlen", "torch-sdpa-flash")
@@ -31,7 +31,7 @@ def timed(strategy, shard_seed: int, draws: int, left_alone: bool) -> tuple[floa
     """(CPU ms a case, a digest of the cases drawn)."""
     with global_prngs_left_alone() if left_alone else nullcontext():
         started = time.process_time()
-        drawn = early_draws(strategy, shard_seed, draws, draws + draws // 4 + 8)
+        drawn = early_draws(strategy, shard_seed, draws, Fresh(frozenset()).budget(draws))  # a shard's max_examples
         spent = time.process_time() - started
     return 1000 * spent / max(len(drawn), 1), hashlib.sha256("\n".join(drawn).encode()).hexdigest()
 

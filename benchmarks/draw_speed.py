@@ -17,7 +17,7 @@ from hypothesis import Phase, given, seed
 from hypothesis.control import current_build_context
 
 from backends.registry import get
-from campaign.drawing import early_draws, hypothesis_settings
+from campaign.drawing import Fresh, early_draws, hypothesis_settings
 from fuzz.strategies import Limits, cases
 
 DEFAULT = ("torch-sdpa-flash", "aten-flash-varlen", "flashinfer-decode", "fa4-paged")
@@ -26,7 +26,7 @@ DEFAULT = ("torch-sdpa-flash", "aten-flash-varlen", "flashinfer-decode", "fa4-pa
 def ms_per_case(name: str, draws: int, shard_seed: int) -> float:
     strategy = cases(get(name).caps, Limits())
     started = time.process_time()
-    drawn = early_draws(strategy, shard_seed, draws, draws + draws // 4 + 8)
+    drawn = early_draws(strategy, shard_seed, draws, Fresh(frozenset()).budget(draws))  # a shard's max_examples
     return 1000 * (time.process_time() - started) / max(len(drawn), 1)
 
 
