@@ -30,11 +30,12 @@ class ShardFocus:
     keys per worker, backlog, compile slots, whole-space stalls and running first calls."""
 
     def _pins_for(self, backend: str, key: str, wid: int | None) -> int:
-        """The shard whose pins a new focused shard of `key` draws (0: fresh pins; campaign.pins). A backend that pins
-        nothing ignores it (campaign.worker)."""
+        """The shard whose pins a new focused shard of `key` draws (0: fresh pins; campaign.pins), borrowed wherever it
+        can be while the backend builds no new module (paused or late). A backend that pins nothing ignores it
+        (campaign.worker)."""
         focused = [FocusedShard(j, s.pins_of, s.worker) for j, s in self.shards[backend].items()
                    if j > 0 and s.key == key and not s.tour]
-        return self.pins.lend(backend, key, focused, wid)
+        return self.pins.lend(backend, key, focused, wid, fresh=backend not in self.paused | self.late)
 
     def _undrawn(self, backend: str) -> list[str]:
         """Declared keys of `backend` nothing was drawn of and no tour went out for (a key the focus filter cannot draw
@@ -64,6 +65,10 @@ class ShardFocus:
         50,000-62,000 deferred draws per backend in ten minutes on an H200, most of them dropped
         (campaigns/jit-untold-side-by-side-h200-2026-11-26.md)."""
         mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
+        # a loaded key none of whose focused shards got rows, whose fresh shape stalled while builds paused: its shape's
+        # variant will not be built (fresh pins drew 2,456 stalled fa4-paged shards, 1 row each, in the file of
+        # campaign.pins.PinLender.lend)
+        mine = [k for k in mine if k not in self.shape_starved[backend]] or mine
         shards = [s for j, s in self.shards[backend].items() if j > 0]
         undrawn = self._undrawn(backend)
         planned = sum(s.size for s in self.shards[backend].values())

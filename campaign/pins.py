@@ -47,16 +47,20 @@ class PinLender:
         if source in self.productive[backend, key]:
             self.productive[backend, key].remove(source)
 
-    def lend(self, backend: str, key: str, focused: list[FocusedShard], wid: int | None) -> int:
+    def lend(self, backend: str, key: str, focused: list[FocusedShard], wid: int | None, fresh: bool = True) -> int:
         """The shard whose pins a new focused shard of `key` draws (0: fresh pins): while the key's `focused` shards
         with borrowed pins are fewer than REUSED_PINS_PER_FRESH per fresh one, a shape that got rows, one `wid` has
         drawn first (its variant is loaded there: FA4 loads one in 2-5 s per process on an H100), then the least
-        borrowed."""
+        borrowed. `fresh` False (the backend's new builds pause, or would outlast the campaign): a shape that got rows
+        whatever the ratio, since a fresh shape's variant would not be built. With fresh pins through the pause, 2,456
+        of fa4-paged's 2,481 such shards stalled at about one row each in a 10-minute untold campaign on an H200, and
+        their tasks left 7 % of the workers' time between tasks
+        (benchmarks/results/campaigns/jit-untold-fa4-cold-pins-h200-2026-12-03.md)."""
         sources = self.productive.get((backend, key))
         if not sources:
             return 0
         borrowed = [s.pins_of for s in focused if s.pins_of]
-        if len(borrowed) >= REUSED_PINS_PER_FRESH * (len(focused) - len(borrowed)):
+        if fresh and len(borrowed) >= REUSED_PINS_PER_FRESH * (len(focused) - len(borrowed)):
             return 0
         here = {s.pins_of or s.shard for s in focused if s.worker == wid}
         return min(sources, key=lambda j: (j not in here, borrowed.count(j), sources.index(j)))

@@ -22,8 +22,10 @@ runs short (campaign.focus). A backend with nothing built whose whole space stal
 call runs: its workers take other work, a build, or wait.
 
 A backend whose focused shards pin a shape (Backend.jit_shape_per) gets two of every three of a key's focused shards
-with the pins of a shard of that key that got rows (campaign.pins), one the asking worker ran first; a shard whose
-draws all wait ends early (the worker's `stalled`), as an exhausted one. Backends in `late` get no compile task: their
+with the pins of a shard of that key that got rows (campaign.pins), one the asking worker ran first, and every one
+while its new builds pause; a shard whose draws all wait ends early (the worker's `stalled`), as an exhausted one. A
+key whose fresh-pinned shard stalled without a row while builds paused is focused again only when the worker has no
+other loaded key, until a shard of it gets rows. Backends in `late` get no compile task: their
 builds would outlast the campaign (campaign.compiles.BuildTimes).
 
 With --compile-slices, a JIT backend's space is cut into compile slices (Backend.compiled_per and
@@ -113,6 +115,8 @@ class Scheduler(ShardFocus):
         self.paused: set[str] = set()
         # backend -> its modules built when a whole-space shard of it last stalled without a row (_focus)
         self.whole_stalled: dict[str, int] = {}
+        # backend -> keys whose focused shard of fresh pins stalled without a row while its builds paused (campaign.focus)
+        self.shape_starved: dict[str, set[str]] = defaultdict(set)
         self.first_calls_running: set[str] = set()  # backends whose first call of a module runs in a worker (engine)
 
     # --- events ---------------------------------------------------------------------------------
@@ -128,6 +132,7 @@ class Scheduler(ShardFocus):
             s.done = max(s.done, index)
             if s.key and not s.tour:
                 self.pins.got_rows(backend, s.key, shard, s.pins_of)
+                self.shape_starved[backend].discard(s.key)
             if sticky:
                 self.crashed(backend, shard)
         self.generated_rows += 1
@@ -188,6 +193,9 @@ class Scheduler(ShardFocus):
                 s.size = s.done
             if stalled and rows == 0 and not task.key and task.shard > 0:
                 self.whole_stalled[task.backend] = len(self.backlog.built[task.backend])
+            if (stalled and rows == 0 and task.key and not task.tour and not task.pins_of
+                    and task.backend in self.paused | self.late):
+                self.shape_starved[task.backend].add(task.key)
             if exhausted and self.slice_of(task.backend, task.shard) is not None:
                 self.spent[task.backend].add(self.slice_of(task.backend, task.shard))
             s.closed = s.done >= s.size

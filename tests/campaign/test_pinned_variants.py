@@ -158,3 +158,61 @@ def test_a_resumed_campaign_does_not_take_up_a_shard_whose_shape_crashed(tmp_pat
     assert s.shards["test-fake-jit"][3].closed and not s.shards["test-fake-jit"][4].closed
     s.example_done("test-fake-jit", 4, 2)  # a row of a shard that borrowed the crashed shape: not lent again
     assert 3 not in s.pins.productive["test-fake-jit", KEY]
+
+
+def test_while_builds_pause_every_focused_shard_borrows_a_shape_that_got_rows():
+    """A fresh shape's variant is not built while the backend's new builds pause (campaign.budget's allowance): its
+    shard's draws would all wait. Before the pause the lender keeps drawing fresh shapes beside the borrowed ones."""
+    s = Scheduler(["jit"], examples=None, shard_size=5)
+    s.add_worker(0)
+    before: list[int] = []
+    during: list[int] = []
+    for n in range(60):
+        (wid, task), = s.schedule()
+        if task.shard == 0:
+            s.key_built("jit", KEY, wid=0)
+        if task.key and not task.tour and task.kind == TaskKind.GENERATE:
+            (during if s.paused else before).append(task.pins_of)
+        s.example_done("jit", task.shard, task.size)
+        s.task_done(wid)
+        if n == 20:
+            s.paused = {"jit"}
+    assert before and during, "no focused shard on one side of the pause: the test would prove nothing"
+    assert any(p == 0 for p in before[1:]), before  # fresh shapes beside borrowed ones before it
+    assert all(p != 0 for p in during), during
+
+
+def test_a_key_whose_fresh_shape_stalled_in_a_pause_leaves_its_turns_to_the_worker_s_other_keys():
+    """No focused shard of the key got rows, so there is no shape of it to lend; one with fresh pins stalled while
+    builds paused. The worker's other loaded key takes the focused shards; with no other key, the starved one is still
+    drawn (`or mine`), and a row of it makes it a key like the others."""
+    other = '["float32", [32, 32]]'
+    s = Scheduler(["jit"], examples=None, shard_size=5)
+    s.add_worker(0)
+    s.paused = {"jit"}
+    s.key_built("jit", KEY, wid=0)
+    keys: list[str] = []
+    starved_once = False
+    for _ in range(40):
+        (wid, task), = s.schedule()
+        if task.key == KEY and not task.pins_of and not starved_once:
+            starved_once = True
+            s.defer("jit", KEY, "case", {"shard": task.shard, "index": STALL_DRAWS, "shard_size": task.size})
+            s.task_done(wid, stalled=True, rows=0)
+            s.key_built("jit", other, wid=0)
+            continue
+        if task.key and task.kind == TaskKind.GENERATE:
+            keys.append(task.key)
+        s.example_done("jit", task.shard, task.size)
+        s.task_done(wid)
+    assert starved_once and keys and set(keys) == {other}, keys
+    s.loaded[0].discard(("jit", other))
+    again = []
+    for _ in range(12):
+        (wid, task), = s.schedule()
+        if task.key and task.kind == TaskKind.GENERATE:
+            again.append(task.key)
+        s.example_done("jit", task.shard, task.size)  # a row: KEY's shards get rows again
+        s.task_done(wid)
+    assert again and set(again) == {KEY}, again  # the only loaded key: drawn still
+    assert KEY not in s.shape_starved["jit"]
