@@ -65,9 +65,9 @@ class ShardFocus:
         50,000-62,000 deferred draws per backend in ten minutes on an H200, most of them dropped
         (campaigns/jit-untold-side-by-side-h200-2026-11-26.md)."""
         mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
-        # a loaded key none of whose focused shards got rows, whose fresh shape stalled while builds paused: its shape's
-        # variant will not be built (fresh pins drew 2,456 stalled fa4-paged shards, 1 row each, in the file of
-        # campaign.pins.PinLender.lend)
+        # a loaded key none of whose focused shards got rows, whose fresh shape stalled while builds paused: no shape of
+        # it can be lent, and a fresh one's variant will not be built
+        # (benchmarks/results/campaigns/jit-untold-fa4-cold-pins-h200-2026-12-03.md)
         mine = [k for k in mine if k not in self.shape_starved[backend]] or mine
         shards = [s for j, s in self.shards[backend].items() if j > 0]
         undrawn = self._undrawn(backend)
