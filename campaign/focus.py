@@ -35,7 +35,12 @@ class ShardFocus:
         (campaign.worker)."""
         focused = [FocusedShard(j, s.pins_of, s.worker) for j, s in self.shards[backend].items()
                    if j > 0 and s.key == key and not s.tour]
-        return self.pins.lend(backend, key, focused, wid, fresh=backend not in self.paused | self.late)
+        return self.pins.lend(backend, key, focused, wid, fresh=not self._no_new_builds(backend))
+
+    def _no_new_builds(self, backend: str) -> bool:
+        """`backend` builds no new module now: its new builds pause (campaign.budget's allowance) or would outlast the
+        campaign (late): a fresh shape's variant would not be built."""
+        return backend in self.paused or backend in self.late
 
     def _undrawn(self, backend: str) -> list[str]:
         """Declared keys of `backend` nothing was drawn of and no tour went out for (a key the focus filter cannot draw

@@ -194,7 +194,7 @@ class Scheduler(ShardFocus):
             if stalled and rows == 0 and not task.key and task.shard > 0:
                 self.whole_stalled[task.backend] = len(self.backlog.built[task.backend])
             if (stalled and rows == 0 and task.key and not task.tour and not task.pins_of
-                    and task.backend in self.paused | self.late):
+                    and self._no_new_builds(task.backend)):
                 self.shape_starved[task.backend].add(task.key)
             if exhausted and self.slice_of(task.backend, task.shard) is not None:
                 self.spent[task.backend].add(self.slice_of(task.backend, task.shard))
