@@ -60,6 +60,22 @@ class ShardFocus:
                 and bool(self.first_calls_running) and stalled is not None
                 and len(self.backlog.built[backend]) <= stalled and not self._undrawn(backend))
 
+    def _fed(self, backend: str, loaded: list[str]) -> list[str]:
+        """The keys a worker with `loaded` keys focuses on. Not a starved one (no focused shard of it got rows, and its
+        fresh shape stalled while builds paused: no shape of it can be lent, and a fresh one's variant will not be
+        built): with fresh shapes through the pause FA4 stalled 5,000 shards in ten minutes on an H200
+        (benchmarks/results/campaigns/jit-untold-fa4-cold-pins-h200-2026-12-03.md). Where every loaded key is
+        starved, the built keys with a shape to lend, loaded in other workers (a variant's load: 2-5 s a process on
+        an H100, once, against a stalled shard's setup and draws each time it is drawn); else the starved keys
+        still."""
+        starved = self.shape_starved[backend]
+        fed = [k for k in loaded if k not in starved]
+        if fed or not loaded:
+            return fed
+        lent = [k for k in sorted(self.backlog.built_keys[backend]) if k not in starved and self.pins.productive.get(
+            (backend, k))]
+        return lent or loaded
+
     def _focus(self, backend: str, wid: int | None) -> tuple[str, bool]:
         """(the compile key a new shard of `backend` draws, whether it is a tour shard). A tour of a declared key
         nothing was drawn of while tours are under TOUR_SHARE of the planned cases or `wid` has no key loaded; else a
@@ -69,11 +85,8 @@ class ShardFocus:
         a worker with none loaded). Whole-space shards of workers with nothing loaded drew 65-85 % of FlashInfer's
         50,000-62,000 deferred draws per backend in ten minutes on an H200, most of them dropped
         (campaigns/jit-untold-side-by-side-h200-2026-11-26.md)."""
-        mine = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
-        # a loaded key none of whose focused shards got rows, whose fresh shape stalled while builds paused: no shape of
-        # it can be lent, and a fresh one's variant will not be built
-        # (benchmarks/results/campaigns/jit-untold-fa4-cold-pins-h200-2026-12-03.md)
-        mine = [k for k in mine if k not in self.shape_starved[backend]] or mine
+        loaded = sorted(k for b, k in self.loaded.get(wid, ()) if b == backend) if wid is not None else []
+        mine = self._fed(backend, loaded)
         shards = [s for j, s in self.shards[backend].items() if j > 0]
         undrawn = self._undrawn(backend)
         planned = sum(s.size for s in self.shards[backend].values())
@@ -98,6 +111,7 @@ class ShardFocus:
             if mine:
                 return least_focused(mine), False
             built = sorted(self.backlog.built_keys[backend]) if self.compile_slots else []  # gated first calls only
+            built = [k for k in built if k not in self.shape_starved[backend]] or built
             if built:  # a worker with none of them loaded: a built key, not whole-space draws that mostly wait
                 return least_focused(built), False
         return "", False

@@ -184,8 +184,9 @@ def test_while_builds_pause_every_focused_shard_borrows_a_shape_that_got_rows():
 
 def test_a_key_whose_fresh_shape_stalled_in_a_pause_leaves_its_turns_to_the_worker_s_other_keys():
     """No focused shard of the key got rows, so there is no shape of it to lend; one with fresh pins stalled while
-    builds paused. The worker's other loaded key takes the focused shards; with no other key, the starved one is still
-    drawn (`or mine`), and a row of it makes it a key like the others."""
+    builds paused. The worker's other loaded key takes the focused shards; with none loaded, a built key with a shape to
+    lend that other workers loaded; with none of those either, the starved one is still drawn, and a row of it makes it
+    a key like the others."""
     other = '["float32", [32, 32]]'
     s = Scheduler(["jit"], examples=None, shard_size=5)
     s.add_worker(0)
@@ -207,6 +208,16 @@ def test_a_key_whose_fresh_shape_stalled_in_a_pause_leaves_its_turns_to_the_work
         s.task_done(wid)
     assert starved_once and keys and set(keys) == {other}, keys
     s.loaded[0].discard(("jit", other))
+    elsewhere = []
+    for _ in range(12):
+        (wid, task), = s.schedule()
+        if task.key and task.kind == TaskKind.GENERATE:
+            elsewhere.append((task.key, task.pins_of))
+        s.example_done("jit", task.shard, task.size)
+        s.task_done(wid)
+    assert elsewhere and {k for k, _ in elsewhere} == {other} and all(p for _, p in elsewhere), elsewhere
+    s.loaded[0].discard(("jit", other))
+    s.pins.productive.pop(("jit", other))  # no shape of it to lend either
     again = []
     for _ in range(12):
         (wid, task), = s.schedule()
@@ -214,5 +225,22 @@ def test_a_key_whose_fresh_shape_stalled_in_a_pause_leaves_its_turns_to_the_work
             again.append(task.key)
         s.example_done("jit", task.shard, task.size)  # a row: KEY's shards get rows again
         s.task_done(wid)
-    assert again and set(again) == {KEY}, again  # the only loaded key: drawn still
+    assert again and set(again) == {KEY}, again  # the only key left to focus on: drawn still
     assert KEY not in s.shape_starved["jit"]
+
+
+def test_a_worker_with_nothing_loaded_takes_a_built_key_that_is_not_starved():
+    """The whole space is not due (a whole-space shard stalled since the last build), so a worker with no key loaded
+    takes a built key: not the one whose fresh shape stalled in the pause, while another is built."""
+    other = '["float32", [32, 32]]'
+    s = Scheduler(["jit"], examples=None, shard_size=5, compile_slots=2)
+    s.add_worker(0)
+    s.paused = {"jit"}
+    s.key_built("jit", KEY, wid=0)
+    s.key_built("jit", other, wid=0)
+    s.shape_starved["jit"].add(other)  # the first of the two by name, which the worker took before
+    s.whole_stalled["jit"] = len(s.backlog.built["jit"])
+    s.add_worker(1)
+    assert s._focus("jit", 1) == (KEY, False)
+    s.shape_starved["jit"].add(KEY)
+    assert s._focus("jit", 1) == (other, False)  # every built key starved: one of them still, not the whole space
