@@ -68,13 +68,16 @@ class ShardFocus:
         starved, the built keys with a shape to lend, loaded in other workers (a variant's load: 2-5 s a process on
         an H100, once, against a stalled shard's setup and draws each time it is drawn); else the starved keys
         still."""
-        starved = self.shape_starved[backend]
-        fed = [k for k in loaded if k not in starved]
+        fed = self._unstarved(backend, loaded)
         if fed or not loaded:
             return fed
-        lent = [k for k in sorted(self.backlog.built_keys[backend]) if k not in starved and self.pins.productive.get(
-            (backend, k))]
+        lent = [k for k in self._unstarved(backend, sorted(self.backlog.built_keys[backend]))
+                if self.pins.productive.get((backend, k))]
         return lent or loaded
+
+    def _unstarved(self, backend: str, keys: list[str]) -> list[str]:
+        """`keys` less those of `backend` whose fresh shape stalled while its builds paused (`_fed`)."""
+        return [k for k in keys if k not in self.shape_starved[backend]]
 
     def _focus(self, backend: str, wid: int | None) -> tuple[str, bool]:
         """(the compile key a new shard of `backend` draws, whether it is a tour shard). A tour of a declared key
@@ -111,7 +114,7 @@ class ShardFocus:
             if mine:
                 return least_focused(mine), False
             built = sorted(self.backlog.built_keys[backend]) if self.compile_slots else []  # gated first calls only
-            built = [k for k in built if k not in self.shape_starved[backend]] or built
+            built = self._unstarved(backend, built) or built
             if built:  # a worker with none of them loaded: a built key, not whole-space draws that mostly wait
                 return least_focused(built), False
         return "", False

@@ -25,8 +25,8 @@ A backend whose focused shards pin a shape (Backend.jit_shape_per) gets two of e
 with the pins of a shard of that key that got rows (campaign.pins), one the asking worker ran first, and every one
 while its new builds pause; a shard whose draws all wait ends early (the worker's `stalled`), as an exhausted one. A
 key whose fresh-pinned shard stalled without a row while builds paused is focused again only when the worker has no
-other loaded key, until a shard of it gets rows. Backends in `late` get no compile task: their
-builds would outlast the campaign (campaign.compiles.BuildTimes).
+other loaded key and no built key with a shape to lend, until a shard of it gets rows. Backends in `late` get no
+compile task: their builds would outlast the campaign (campaign.compiles.BuildTimes).
 
 With --compile-slices, a JIT backend's space is cut into compile slices (Backend.compiled_per and
 compiled_features: one dtype, head size, kv dtype and set of compile-keyed features each): shard j >= 1
