@@ -1,7 +1,7 @@
 """Where one evaluation's time goes, call by call: cProfile over `fuzz.compare.evaluate` of drawn cases.
 
 Usage: python benchmarks/profile_evaluate.py [--backend torch-sdpa-math] [--examples 300] [--tiers small,tile,long]
-       [--threads 1] [--top 25] [--chunked]
+       [--threads 1] [--top 25] [--sort cumulative|tottime] [--chunked]
 
 Cases are drawn first (hypothesis' generation is not timed), then evaluated in one process on one thread, as a
 campaign worker does. Prints examples/s, the row timers' split (materialize / oracle + baseline / kernel /
@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--tiers", default=None, help="comma-separated size tiers (default: the campaign's)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--sort", default="cumulative", help="pstats' order: cumulative, or tottime for own time")
     ap.add_argument("--chunked", action="store_true", help="the chunked per-sequence oracle only (no packed pass)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -55,7 +56,7 @@ def main() -> None:
     shares = [sum(r.get(p) or 0.0 for r in rows) / elapsed for p in PARTS]
     print("| " + " | ".join(f"{100 * s:.0f} %" for s in shares) + f" | {100 * (1 - sum(shares)):.0f} % |\n")
     text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(a.top)
+    pstats.Stats(profile, stream=text).sort_stats(a.sort).print_stats(a.top)
     print("```")
     print("\n".join(line for line in text.getvalue().splitlines() if line.strip() and "{" not in line[:8])[:6000])
     print("```")

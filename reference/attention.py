@@ -204,15 +204,30 @@ def attend_sequence(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, *, scale: 
 
 def product(equation: str, a: Tensor, b: Tensor) -> Tensor:
     """torch.einsum(equation, a, b) as a plain kernel computes it in a's dtype: float16 products summed in float32,
-    the result rounded once to float16 (a GPU GEMM's accumulator). Written out for float16 because the CPU has no
-    float16 GEMM: its einsum was 3-7x slower than this and equal to it in 99.9 % of elements (1 ulp apart elsewhere);
-    bfloat16's CPU GEMM already accumulates in float32 (bit-identical to this) and float32 / float64 are as they are."""
+    the result rounded once to float16 (a GPU GEMM's accumulator). Written out for the 16-bit dtypes because the CPU's
+    GEMMs for them are slow: float16's einsum was 3-7x slower than this and equal to it in 99.9 % of elements (1 ulp
+    apart elsewhere); bfloat16's accumulates in float32 too, but without the CPU's bfloat16 instructions (AVX512-BF16,
+    AMX) a small case's product took 17-22x this one's time, the same bits in 99.99-100 % of elements (the 2-core CI box:
+    benchmarks/gemm_operand.py). float32 / float64 are as they are."""
     return torch.einsum(equation, gemm_operand(a), gemm_operand(b)).to(a.dtype)
 
 
+def _cpu_has_bf16_gemm() -> bool:
+    """Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX), which torch's bfloat16 GEMM uses
+    (torch.cpu's private probes; False where they are missing)."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+# The 16-bit dtypes `product` widens on the CPU: float16 always, bfloat16 where the CPU has no bfloat16 GEMM of its own
+# (where it has one, torch's bfloat16 GEMM is kept as it was measured in the GPU hosts' campaigns)
+_WIDENED_FOR_GEMM = frozenset({torch.float16} | (set() if _cpu_has_bf16_gemm() else {torch.bfloat16}))
+
+
 def gemm_operand(t: Tensor) -> Tensor:
-    """t as `product` hands it to a GEMM: float16 on the CPU as float32 (round the result back to float16)."""
-    return t.float() if t.dtype == torch.float16 and t.device.type == "cpu" else t
+    """t as `product` hands it to a GEMM: a 16-bit float on the CPU as float32 where the CPU's own GEMM of it is slow
+    (_WIDENED_FOR_GEMM; the caller rounds the result back)."""
+    return t.float() if t.dtype in _WIDENED_FOR_GEMM and t.device.type == "cpu" else t
 
 
 def alibi_terms(inputs: Inputs, dtype: torch.dtype) -> tuple | None:
