@@ -207,8 +207,9 @@ def product(equation: str, a: Tensor, b: Tensor) -> Tensor:
     the result rounded once to float16 (a GPU GEMM's accumulator). Written out for the 16-bit dtypes because the CPU's
     GEMMs for them are slow: float16's einsum was 3-7x slower than this and equal to it in 99.9 % of elements (1 ulp
     apart elsewhere); bfloat16's accumulates in float32 too, but without the CPU's bfloat16 instructions (AVX512-BF16,
-    AMX) a small case's product took 17-22x this one's time, the same bits in 99.99-100 % of elements (the 2-core CI box:
-    benchmarks/gemm_operand.py). float32 / float64 are as they are."""
+    AMX) it took 9-10x this one's time on a small case's products and 16-21x on a tile case's, the same bits in 99.99 %
+    of elements (the 2-core CI box: benchmarks/results/oracle/bf16-products-cpu-2026-12-07.md). float32 / float64 are as
+    they are."""
     return torch.einsum(equation, gemm_operand(a), gemm_operand(b)).to(a.dtype)
 
 
