@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from campaign.budget import inside, row_split  # noqa: E402
+from campaign.claims import NOT_BUILT  # noqa: E402
 from campaign.clock import by_shard  # noqa: E402
 from campaign.worker import SPENT  # noqa: E402
 from fuzz.verdicts import Verdict  # noqa: E402
@@ -86,6 +87,18 @@ def worker_time(rows: list[dict], record: dict, after: float) -> dict:
             slow_s += r["kernel_s"] * share
     return dict(compile=100 * compile_s / total, evaluation=100 * evaluate_s / total, slow=100 * slow_s / total,
                 rest=100 * (1 - (compile_s + evaluate_s) / total))
+
+
+def failed_builds(rows: list[dict], record: dict, after: float) -> dict[str, tuple[int, float]]:
+    """Per backend: the compile keys whose first calls built nothing (campaign.claims.NOT_BUILT verdicts) and the
+    worker seconds of such first calls `after` s into the campaign (campaign.compiles.FAILED_BUILDS)."""
+    lo, hi, out = record["started"] + after, record["ended"], {}
+    for r in rows:
+        if r.get("first_of_key") and r.get("compile_key") and r.get("verdict") in NOT_BUILT and r.get("t") is not None:
+            keys, seconds = out.get(r["backend"], (set(), 0.0))
+            spent = r.get("compile_s") or 0.0
+            out[r["backend"]] = (keys | {r["compile_key"]}, seconds + (spent * inside(r["t"], spent, lo, hi) if spent else 0.0))
+    return {b: (len(keys), seconds) for b, (keys, seconds) in sorted(out.items())}
 
 
 def by_minute(rows: list[dict], record: dict) -> list[dict]:
@@ -186,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nworker time after {a.after:.0f} s: JIT compile {w['compile']:.0f} %, evaluation {w['evaluation']:.0f} % "
           f"({w['slow']:.0f} points of it in kernel calls over {SLOW_CALL_S} s past a first call: builds the variant does "
           f"not name), drawing / deferring / idle {w['rest']:.0f} %")
+    failed = failed_builds(rows, record, a.after)
+    if failed:
+        print("\nfirst calls that built nothing (crash, unsupported, timeout): " + "; ".join(
+            f"{b} {n} keys, {s:.0f} worker s after {a.after:.0f} s" for b, (n, s) in failed.items()))
     print("\nby minute: worker time on JIT compiles and evaluation, and the first calls over "
           f"{BUILD_ROW_S:.0f} s that ran in it (backend: seconds, ending at)\n")
     print("| minute | JIT compile | evaluation | builds |")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks.jit_campaign import load, per_backend, worker_time  # noqa: E402
+from benchmarks.jit_campaign import failed_builds, load, per_backend, worker_time  # noqa: E402
 
 STANDINS = ROOT / "tests" / "campaign" / "fake_jit.py"
 
@@ -55,10 +55,12 @@ def run(tree: Path, backends: list[str], seconds: int, workers: int, seed: int, 
     with standin_campaign(tree, backends, seconds, workers, seed) as tmp:
         rows, declared, record = load(tmp / "out")
     w = worker_time(rows, record, after)
+    failed = failed_builds(rows, record, after)
     tables = {t["backend"]: t for t in per_backend(rows, declared, record)}
     return [{"backend": b, "rows": tables[b]["rows"], "rows_s": tables[b]["rate"], "built": tables[b]["built"],
              "drawn": tables[b]["drawn"], "declared": tables[b]["declared"], "dropped": tables[b]["dropped"],
-             "waiting": tables[b]["waiting"], "deferred": sum(record["backends"][b]["deferred"].values()), **w}
+             "waiting": tables[b]["waiting"], "deferred": sum(record["backends"][b]["deferred"].values()),
+             "failed_s": failed.get(b, (0, 0.0))[1], **w}
             for b in backends if b in tables]
 
 
@@ -78,15 +80,15 @@ def main() -> None:
                for r in run(tree, a.backend, a.seconds, a.workers, seed, a.after)]
     print(f"{', '.join(a.backend)}, {a.seconds} s, {a.workers} workers; worker time after {a.after:.0f} s\n")
     print("| tree | backend | rows | rows/s | keys built / drawn / declared | draws deferred | dropped | compile % | "
-          "evaluation % | rest % |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "evaluation % | rest % | builds that failed, worker s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results:
         print(f"| {name} | {r['backend']} | {r['rows']} | {r['rows_s']:.1f} | {r['built']} / {r['drawn']} / "
               f"{r['declared']} | {r['deferred']} | {r['dropped']} | {r['compile']:.0f} | {r['evaluation']:.0f} | "
-              f"{r['rest']:.0f} |")
+              f"{r['rest']:.0f} | {r['failed_s']:.0f} |")
     print()
     for b in a.backend:
-        for field in ("rows_s", "evaluation", "deferred"):
+        for field in ("rows_s", "evaluation", "deferred", "failed_s"):
             med = {n: statistics.median(r[field] for m, r in results if m == n and r["backend"] == b)
                    for n, _ in trees}
             print(f"{b} median {field}: " + ", ".join(f"{n} {v:.1f}" for n, v in med.items()))

@@ -56,6 +56,14 @@ BACKLOG_PER_MODULE = 64
 CASES_PER_TASK = 32
 LOAD_BATCH = 8  # waiting cases for which a worker without the key's module loads it (see Backlog.take)
 
+# A value no built key has stops counting as new (Backlog.tried) once FAILED_BUILDS keys with it had a first call
+# that built nothing (crashed, refused, hung): a value that never builds, such as one of FA4's head-size pairs whose
+# compiles end in CUDADialectError, would otherwise be offered as breadth again with every key it is in, and while
+# builds pause (campaign.budget) breadth is all that builds. FA4's untold campaign spent one worker of 16 (6.2 % of
+# the worker time) in first calls through minutes 2-8 while new builds were paused for 484 of 485 s
+# (campaigns/jit-untold-fa4-cold-pins-h200-2026-12-03.md).
+FAILED_BUILDS = 2
+
 
 def key_text(key: tuple) -> str:
     """A compile key as the JSON text rows and task messages carry."""
@@ -132,6 +140,7 @@ class Backlog:
         self.per_module = per_module
         self.built: dict[str, set[str]] = defaultdict(set)  # modules
         self.built_keys: dict[str, set[str]] = defaultdict(set)  # compile keys some module of which is built
+        self.failed_keys: dict[str, set[str]] = defaultdict(set)  # keys a first call of which built nothing
         self.deferred: Counter[tuple[str, str]] = Counter()  # every deferral per compile key, kept or dropped
         self.modules: dict[tuple[str, str], _Module] = {}
         self.builds_handed = 0  # compile tasks handed out (Backlog._build_order alternates on it)
@@ -156,6 +165,10 @@ class Backlog:
         if entry is not None:  # its cases now go to workers that have it loaded
             entry.held = False
 
+    def mark_failed(self, backend: str, key: str) -> None:
+        """A first call of compile key `key` built nothing (its verdict: campaign.claims.NOT_BUILT)."""
+        self.failed_keys[backend].add(key)
+
     def unhold(self) -> None:
         """A first call ended somewhere: a compile slot may be free, so given-back cases may go out again."""
         for entry in self.modules.values():
@@ -172,15 +185,15 @@ class Backlog:
              breadth_only: set[str] = frozenset()) -> tuple[str, str, str, list[tuple[str, dict]]] | None:
         """(backend, compile key, module, cases) of a built module's waiting cases (built=True), or of the unbuilt
         module with the most cases, marked building (built=False); None when there is none. Backends in `skip` are left
-        out, those in `breadth_only` offer only modules of keys with a value (dtype, head sizes, kv dtype, feature) no
-        built key of theirs has (their builds pause: campaign.budget); `fresh`: not modules whose cases were given
+        out, those in `breadth_only` offer only modules of keys with a value (dtype, head sizes, kv dtype, feature) not
+        yet tried (`Backlog.tried`: their builds pause, campaign.budget); `fresh`: not modules whose cases were given
         back since the last first call ended (held).
 
         With `here` (the modules the asking worker has loaded) a built module goes to it when it has it loaded, when
         no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a first call costs seconds in each
         process (FA4: 2-5 s on an H100), so cases follow the workers that hold their module. `loads=False` (every
         compile slot was busy lately): only to a worker that has the module loaded."""
-        covered = {b: self.covered(b) for b in breadth_only}
+        covered = {b: self.tried(b) for b in breadth_only}
         ready = [(b, u) for (b, u), e in self.modules.items()
                  if e.cases and not e.building and b not in skip and (u in self.built[b]) == built
                  and not (fresh and e.held) and (b not in covered or key_values(e.key) - covered[b])]
@@ -213,8 +226,8 @@ class Backlog:
         FlashInfer campaign built 27 of its 864 keys in 10 minutes and eight declared values, such as decode-tc's fp8
         caches and soft-cap, got no row (campaigns/jit-untold-each-alone-h200-2026-11-27.md)."""
         breadth = self.builds_handed % 2 == 0
-        # values each backend's built keys cover: only a breadth turn ranks new keys by them
-        covered = {b: self.covered(b) for b in self.built_keys} if breadth else {}
+        # values each backend's keys have tried: only a breadth turn ranks new keys by them
+        covered = {b: self.tried(b) for b in set(self.built_keys) | set(self.failed_keys)} if breadth else {}
 
         def order(bu: tuple[str, str]) -> tuple:
             backend, _ = bu
@@ -228,6 +241,11 @@ class Backlog:
     def covered(self, backend: str) -> frozenset:
         """The values (campaign.compiles.key_values) of `backend`'s built keys."""
         return frozenset().union(*map(key_values, self.built_keys[backend]))
+
+    def tried(self, backend: str) -> frozenset:
+        """The values of `backend`'s built keys, and those that FAILED_BUILDS keys not built had: no longer new."""
+        failed = Counter(v for k in self.failed_keys[backend] - self.built_keys[backend] for v in key_values(k))
+        return self.covered(backend) | {v for v, n in failed.items() if n >= FAILED_BUILDS}
 
     def waiting(self, backend: str | None = None) -> int:
         return sum(len(e.cases) for (b, _), e in self.modules.items() if backend in (None, b))
@@ -243,5 +261,5 @@ class Backlog:
         rows do not show deferred cases that never got one (benchmarks/jit_campaign.py reads it)."""
         return {b: {"deferred": {k: n for (b2, k), n in sorted(self.deferred.items()) if b2 == b},
                     "waiting": self.waiting(b), "dropped": self.dropped(b), "built": sorted(self.built_keys[b]),
-                    "modules_built": len(self.built[b])}
+                    "failed": sorted(self.failed_keys[b] - self.built_keys[b]), "modules_built": len(self.built[b])}
                 for b in backends}

@@ -118,6 +118,8 @@ class Driver(CompileDriving):
             self.scheduler.key_drawn(row["backend"], row["compile_key"])
             if built_by(row.get("verdict")):
                 self.scheduler.key_built(row["backend"], row["compile_key"], wid, unit=row.get("jit_unit", ""))
+            elif row.get("first_of_key"):
+                self.scheduler.key_failed(row["backend"], row["compile_key"])
         if phase == "generate":
             self.scheduler.example_done(row["backend"], row["shard"], row["index"], sticky=bool(row.get("sticky")))
             decision = self.buckets.observe(row)

@@ -170,6 +170,10 @@ class Scheduler(ShardFocus):
         """A row of compile key `key` came back: a case of it was drawn."""
         self.drawn[backend].add(key)
 
+    def key_failed(self, backend: str, key: str) -> None:
+        """A first call of compile key `key` built nothing: its values may stop counting as new (Backlog.tried)."""
+        self.backlog.mark_failed(backend, key)
+
     def key_built(self, backend: str, key: str, wid: int | None = None, unit: str = "") -> None:
         """A row of `backend` ran a case of compile key `key` through module `unit` (default: the key) in worker `wid`:
         the module exists now, and is loaded in that worker."""

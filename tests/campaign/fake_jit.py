@@ -9,7 +9,8 @@ variants (Backend.jit_variant), each for VARIANT_COMPILE_S, and loads one anothe
 Triton kernels do, for SHAPE_COMPILE_S, and declares those fields (Backend.jit_shape_per: focused shards pin them);
 `test-fake-jit-shapes-unpinned` is the same without the declaration. `test-fake-jit-pinned-variants` is the CuTe DSL's
 case (FA4): a gated variant per (dtype, head size, GQA ratio, attention type), loaded in process, whose fields beyond
-the key a focused shard pins (Backend.jit_shape_per), so a shard's first case may wait for its variant's build."""
+the key a focused shard pins (Backend.jit_shape_per), so a shard's first case may wait for its variant's build;
+`test-fake-jit-failing-builds` is the same, with every float32 build failing after its compile time."""
 from __future__ import annotations
 
 import os
@@ -115,6 +116,22 @@ class FakeJitPinnedVariants(FakeJitInProcessLoads):
         return (case.dtype.value, case.head_size, case.num_heads // case.num_kv_heads, case.attn_type.value)
 
 
+class FakeJitFailingBuilds(FakeJitPinnedVariants):
+    """FA4's head-size pairs whose builds end in CUDADialectError: every variant of one dtype (float32) builds for
+    VARIANT_COMPILE_S and then raises, so its value is never covered by a built key (campaign.compiles.FAILED_BUILDS)."""
+
+    name = "test-fake-jit-failing-builds"
+
+    def run(self, inputs) -> Actual:
+        case = inputs.case
+        if case.dtype.value == "float32":
+            time.sleep(self.compile_s)
+            with open(Path(os.environ["FAKE_JIT_DIR"]) / "failed.log", "a") as f:
+                f.write(f"{self.module(case)} {time.time()}\n")
+            raise RuntimeError(f"build of {self.module(case)} failed (stand-in)")
+        return super().run(inputs)
+
+
 def backends():
     return [FakeJit(), FakeJitVariants(), FakeJitInProcessLoads(), FakeJitShapes(), FakeJitShapesUnpinned(),
-            FakeJitPinnedVariants()]
+            FakeJitPinnedVariants(), FakeJitFailingBuilds()]

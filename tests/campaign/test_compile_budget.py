@@ -205,6 +205,44 @@ def test_while_builds_pause_compile_tasks_go_only_to_keys_with_new_values():
     assert backlog.take(built=False)[1] == key("bfloat16")  # not paused: the rest as before
 
 
+def test_a_value_whose_keys_built_nothing_twice_stops_counting_as_new():
+    """FA4's head-size pairs whose compiles crash kept one worker of 16 building while builds paused
+    (campaign.compiles.FAILED_BUILDS)."""
+    from campaign.compiles import FAILED_BUILDS, Backlog
+
+    def key(dtype, feature=None):
+        return json.dumps([dtype, [64, 64], "auto"] + ([feature] if feature else []))
+
+    backlog = Backlog()
+    features = (None, "window", "soft_cap", "alibi")
+    for f in features:
+        backlog.mark_built("fi", key("bfloat16", f))
+    failing = [key("float16", f) for f in features]  # float16 is their one new value
+    for n, k in enumerate(failing):
+        backlog.defer("fi", k, f"case-{n}", {"shard": 1, "index": n + 1})
+    for k in failing[:FAILED_BUILDS - 1]:
+        backlog.mark_failed("fi", k)
+    assert backlog.take(built=False, breadth_only={"fi"}) is not None  # float16: one failure is not enough
+    backlog.mark_failed("fi", failing[FAILED_BUILDS - 1])
+    assert "float16" in backlog.tried("fi") and "float16" not in backlog.covered("fi")
+    assert backlog.take(built=False, breadth_only={"fi"}) is None  # nothing new is left to try while builds pause
+    assert backlog.take(built=False) is not None  # not paused: its keys are still built in their turn
+    backlog.mark_built("fi", failing[0])  # a key that failed once and built later is a built key, not a failed one
+    assert backlog.record(["fi"])["fi"]["failed"] == [failing[1]]
+
+
+def test_a_first_call_that_built_nothing_is_a_failed_key_for_the_scheduler(tmp_path):
+    """The driver's side: a row of a first call whose verdict says nothing was built (campaign.claims.NOT_BUILT)."""
+    cfg = CampaignConfig(out=tmp_path / "out", backends=["test-fake-jit"], seconds=3600, specs=SPEC, progress=False)
+    driver = Driver(cfg, _Pool(), WorkerConfig(compile_slots=3, specs=SPEC))
+    key = json.dumps(["float16", [64, 64], "auto"])
+    driver._on_row(0, {"phase": "shrink", "backend": "test-fake-jit", "compile_key": key, "first_of_key": True,
+                       "verdict": "crash"})
+    driver._on_row(0, {"phase": "shrink", "backend": "test-fake-jit", "compile_key": key, "verdict": "crash"})
+    assert driver.scheduler.backlog.failed_keys["test-fake-jit"] == {key}
+    assert key not in driver.scheduler.backlog.built_keys["test-fake-jit"]
+
+
 def test_in_the_warm_up_a_build_that_would_outlast_it_waits_unless_it_is_the_backends_first(tmp_path):
     backends = ["test-fake-jit", "test-fake-jit-variants"]
     cfg = CampaignConfig(out=tmp_path / "out", backends=backends, seconds=3600, specs=SPEC, progress=False)
