@@ -97,7 +97,8 @@ def failed_builds(rows: list[dict], record: dict, after: float) -> dict[str, tup
         if r.get("first_of_key") and r.get("compile_key") and r.get("verdict") in NOT_BUILT and r.get("t") is not None:
             keys, seconds = out.get(r["backend"], (set(), 0.0))
             spent = r.get("compile_s") or 0.0
-            out[r["backend"]] = (keys | {r["compile_key"]}, seconds + (spent * inside(r["t"], spent, lo, hi) if spent else 0.0))
+            window = spent * inside(r["t"], spent, lo, hi) if spent else 0.0
+            out[r["backend"]] = (keys | {r["compile_key"]}, seconds + window)
     return {b: (len(keys), seconds) for b, (keys, seconds) in sorted(out.items())}
 
 

@@ -59,9 +59,9 @@ LOAD_BATCH = 8  # waiting cases for which a worker without the key's module load
 # A value no built key has stops counting as new (Backlog.tried) once FAILED_BUILDS keys with it had a first call
 # that built nothing (crashed, refused, hung): a value that never builds, such as one of FA4's head-size pairs whose
 # compiles end in CUDADialectError, would otherwise be offered as breadth again with every key it is in, and while
-# builds pause (campaign.budget) breadth is all that builds. FA4's untold campaign spent one worker of 16 (6.2 % of
-# the worker time) in first calls through minutes 2-8 while new builds were paused for 484 of 485 s
-# (campaigns/jit-untold-fa4-cold-pins-h200-2026-12-03.md).
+# builds pause (campaign.budget) breadth is all that builds. On one H100, FA4's six such pairs were each tried on two
+# keys, then no more: 13 failed keys, 186 worker s after minute 2 (campaigns/jit-untold-fa4-failed-builds-h100-
+# 2026-12-07.md); two, as a pair's plain key and one with a feature both failed there.
 FAILED_BUILDS = 2
 
 

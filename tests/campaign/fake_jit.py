@@ -118,7 +118,7 @@ class FakeJitPinnedVariants(FakeJitInProcessLoads):
 
 class FakeJitFailingBuilds(FakeJitPinnedVariants):
     """FA4's head-size pairs whose builds end in CUDADialectError: every variant of one dtype (float32) builds for
-    VARIANT_COMPILE_S and then raises, so its value is never covered by a built key (campaign.compiles.FAILED_BUILDS)."""
+    VARIANT_COMPILE_S and then raises, so no built key covers its value (campaign.compiles.FAILED_BUILDS)."""
 
     name = "test-fake-jit-failing-builds"
 

@@ -206,8 +206,8 @@ def test_while_builds_pause_compile_tasks_go_only_to_keys_with_new_values():
 
 
 def test_a_value_whose_keys_built_nothing_twice_stops_counting_as_new():
-    """FA4's head-size pairs whose compiles crash kept one worker of 16 building while builds paused
-    (campaign.compiles.FAILED_BUILDS)."""
+    """A value that never builds (FA4's head-size pairs whose compiles end in CUDADialectError) is not offered as
+    breadth forever while builds pause (campaign.compiles.FAILED_BUILDS)."""
     from campaign.compiles import FAILED_BUILDS, Backlog
 
     def key(dtype, feature=None):
