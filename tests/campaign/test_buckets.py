@@ -40,6 +40,20 @@ def test_one_bug_breaking_output_and_lse_is_one_bucket():
     assert b.observe(lse_only) == Decision.COUNT
 
 
+def test_a_gqa_failure_whose_shrink_ends_at_one_kv_head_is_one_bucket():
+    """Hypothesis draws kv heads down to one: the minimal case of a GQA bug is an MQA case (campaign.buckets.FAMILY)."""
+    b = Buckets()
+    origin = _row("gqa,paged", index=1)
+    assert b.observe(origin) == Decision.SHRINK
+    minimal = dict(_row("mqa,paged", index=1), phase="minimal", bucket_symptom=("mismatch", "output"))
+    bucket, new, still = b.shrunk(("k", "mismatch", "output"), minimal, origin=origin)
+    assert new and still == [] and bucket.count == 1  # the origin counted: no second shrink, no second bucket
+    assert b.observe(_row("gqa,paged,window", index=2)) == Decision.COUNT and bucket.count == 2
+    assert b.observe(_row("paged", index=3)) == Decision.SHRINK  # no shared kv heads: maybe another bug
+    buckets, ids = assign([origin, minimal, _row("gqa,paged", index=4)])
+    assert len(buckets) == 1 and ids[0] == ids[2] == bucket.id
+
+
 def test_two_shrinks_ending_at_the_same_case_merge():
     b = Buckets(per_bucket=1)
     b.observe(_row("window,gqa", index=1))
