@@ -193,10 +193,10 @@ class Backlog:
         no live worker has (not in `elsewhere`), or when LOAD_BATCH cases wait: a first call costs seconds in each
         process (FA4: 2-5 s on an H100), so cases follow the workers that hold their module. `loads=False` (every
         compile slot was busy lately): only to a worker that has the module loaded."""
-        covered = {b: self.tried(b) for b in breadth_only}
+        tried = {b: self.tried(b) for b in breadth_only}
         ready = [(b, u) for (b, u), e in self.modules.items()
                  if e.cases and not e.building and b not in skip and (u in self.built[b]) == built
-                 and not (fresh and e.held) and (b not in covered or key_values(e.key) - covered[b])]
+                 and not (fresh and e.held) and (b not in tried or key_values(e.key) - tried[b])]
         if built and here is not None:
             ready = [bu for bu in ready if bu in here or loads and (
                 bu not in elsewhere or len(self.modules[bu].cases) >= LOAD_BATCH)]
@@ -227,13 +227,13 @@ class Backlog:
         caches and soft-cap, got no row (campaigns/jit-untold-each-alone-h200-2026-11-27.md)."""
         breadth = self.builds_handed % 2 == 0
         # values each backend's keys have tried: only a breadth turn ranks new keys by them
-        covered = {b: self.tried(b) for b in set(self.built_keys) | set(self.failed_keys)} if breadth else {}
+        tried = {b: self.tried(b) for b in set(self.built_keys) | set(self.failed_keys)} if breadth else {}
 
         def order(bu: tuple[str, str]) -> tuple:
             backend, _ = bu
             entry = self.modules[bu]
             new_key = entry.key not in self.built_keys[backend]
-            new_values = len(key_values(entry.key) - covered.get(backend, frozenset())) if new_key else 0
+            new_values = len(key_values(entry.key) - tried.get(backend, frozenset())) if new_key else 0
             return (new_key if breadth else 0, new_values if breadth else 0, -len(self.built[backend]),
                     len(entry.cases), entry.dropped, new_key)
         return order
@@ -242,9 +242,13 @@ class Backlog:
         """The values (campaign.compiles.key_values) of `backend`'s built keys."""
         return frozenset().union(*map(key_values, self.built_keys[backend]))
 
+    def failed(self, backend: str) -> set[str]:
+        """`backend`'s keys a first call of which built nothing and no later one built."""
+        return self.failed_keys[backend] - self.built_keys[backend]
+
     def tried(self, backend: str) -> frozenset:
         """The values of `backend`'s built keys, and those that FAILED_BUILDS keys not built had: no longer new."""
-        failed = Counter(v for k in self.failed_keys[backend] - self.built_keys[backend] for v in key_values(k))
+        failed = Counter(v for k in self.failed(backend) for v in key_values(k))
         return self.covered(backend) | {v for v, n in failed.items() if n >= FAILED_BUILDS}
 
     def waiting(self, backend: str | None = None) -> int:
@@ -261,5 +265,5 @@ class Backlog:
         rows do not show deferred cases that never got one (benchmarks/jit_campaign.py reads it)."""
         return {b: {"deferred": {k: n for (b2, k), n in sorted(self.deferred.items()) if b2 == b},
                     "waiting": self.waiting(b), "dropped": self.dropped(b), "built": sorted(self.built_keys[b]),
-                    "failed": sorted(self.failed_keys[b] - self.built_keys[b]), "modules_built": len(self.built[b])}
+                    "failed": sorted(self.failed(b)), "modules_built": len(self.built[b])}
                 for b in backends}
