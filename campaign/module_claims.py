@@ -94,9 +94,7 @@ class ModuleClaims:
                 wait_s = task.slot_wait if deadline is None else min(task.slot_wait, max(0.0, deadline - time.time()))
                 waits_for, claim = self._defers(backend, case, frozenset(), wait_s, compile_task=True)
                 if waits_for is not None:  # another process builds it, or every slot is busy: the cases wait again
-                    for text2, where2 in zip(task.cases[n:], task.wheres[n:]):
-                        self.send({"type": "deferred", "key": task.key, "unit": task.unit or task.key, "case": text2,
-                                   "returned": True, "backend": task.backend, **where2})
+                    self._give_back(task, n)
                     return
             else:  # once generation is over: another's build of the module is waited out
                 unit = self._unbuilt(backend, case)
@@ -110,3 +108,15 @@ class ModuleClaims:
             self.send({"type": "row", "row": row})
             if sticky:
                 self._report_sticky(task.backend, row, evaluation)
+            if task.needs_slot and row.get("first_of_key") and not built_by(row.get("verdict")):
+                # the module's build failed here: the next case would build it again and fail again (FA4 leaves
+                # nothing in its cache after a failed build: each such key's two cases were two failed builds on an
+                # H100, campaigns/jit-untold-fa4-failed-builds-h100-2026-12-07.md); the rest wait, as for a busy slot
+                self._give_back(task, n + 1)
+                return
+
+    def _give_back(self, task: Task, start: int) -> None:
+        """The task's cases from `start` on wait again in the driver's backlog (campaign.compiles.Backlog.add)."""
+        for text, where in zip(task.cases[start:], task.wheres[start:]):
+            self.send({"type": "deferred", "key": task.key, "unit": task.unit or task.key, "case": text,
+                       "returned": True, "backend": task.backend, **where})

@@ -243,6 +243,45 @@ def test_a_first_call_that_built_nothing_is_a_failed_key_for_the_scheduler(tmp_p
     assert key not in driver.scheduler.backlog.built_keys["test-fake-jit"]
 
 
+def test_a_compile_task_whose_build_failed_gives_its_other_cases_back_instead_of_building_again(tmp_path,
+                                                                                                  monkeypatch):
+    """The worker's side: a failed build leaves nothing to load, so each further case of the task would build the
+    module again and fail again (FA4 on an H100: two failed builds for each such key,
+    benchmarks/results/campaigns/jit-untold-fa4-failed-builds-h100-2026-12-07.md). One row, the rest wait."""
+    from dataclasses import replace
+
+    from backends.registry import get
+    from campaign.compiles import key_text
+    from campaign.tasks import Task, TaskKind
+    from campaign.worker import Worker
+    from fuzz.strategies import Limits, compile_key
+    from tests.repro_scripts import drawn_cases
+
+    monkeypatch.setenv("FAKE_JIT_DIR", str(tmp_path))
+    backend = get("test-fake-jit-failing-builds", specs=SPEC)
+    monkeypatch.setattr(type(backend), "compile_s", 0.01)
+    case = next(c for c in drawn_cases(backend.caps, Limits(max_sequences=2, max_context=16, max_query=4), 50)
+                if c.dtype.value == "float32")
+    sent: list[dict] = []
+    worker = Worker(WorkerConfig(specs=SPEC, cache_dir=str(tmp_path / "cache"), compile_slots=2,
+                                 slots_dir=str(tmp_path / "slots")), send=sent.append)
+    key = key_text(compile_key(case, backend.compiled_per, backend.compiled_features))
+    same_module = [replace(case, seed=case.seed + i) for i in range(3)]
+    wheres = tuple({"shard": 1, "index": i, "shard_size": 3} for i in range(3))
+    task = Task(TaskKind.DEFERRED, backend.name, key=key, unit=worker._module(backend, case)[1],
+                cases=tuple(c.to_json() for c in same_module), wheres=wheres, needs_slot=True, slots=2)
+    worker.run(task)
+    rows = [m["row"] for m in sent if m["type"] == "row"]
+    assert [(r["verdict"], r.get("first_of_key")) for r in rows] == [("crash", True)]
+    returned = [m for m in sent if m["type"] == "deferred"]
+    assert [m["index"] for m in returned] == [1, 2] and all(m["returned"] for m in returned)
+    assert len((tmp_path / "failed.log").read_text().splitlines()) == 1  # one failed build, not three
+    # once generation is over (no slot to take) the cases go on where they land, as before
+    sent.clear()
+    worker.run(replace(task, needs_slot=False))
+    assert [m["type"] for m in sent].count("row") == 3
+
+
 def test_in_the_warm_up_a_build_that_would_outlast_it_waits_unless_it_is_the_backends_first(tmp_path):
     backends = ["test-fake-jit", "test-fake-jit-variants"]
     cfg = CampaignConfig(out=tmp_path / "out", backends=backends, seconds=3600, specs=SPEC, progress=False)
