@@ -27,7 +27,7 @@ from hypothesis import Phase, given, seed
 from hypothesis.control import current_build_context
 
 from backends.registry import get
-from campaign.drawing import Fresh, early_draws, hypothesis_settings
+from campaign.drawing import Fresh, early_draws, global_prngs_left_alone, hypothesis_settings
 from fuzz.strategies import Limits, cases
 
 DEFAULT = ("torch-sdpa-flash", "aten-flash-varlen", "flashinfer-decode", "fa4-paged")
@@ -40,52 +40,35 @@ def ms_per_case(name: str, draws: int, shard_seed: int) -> float:
     return 1000 * (time.process_time() - started) / max(len(drawn), 1)
 
 
-def choices_per_case(name: str, draws: int) -> float:
-    """The mean number of choices in a drawn case's record (a deterministic count, unlike the seconds)."""
-    counts: list[int] = []
-
-    def count(case) -> None:
-        counts.append(len(current_build_context().data.choices))
-
-    hypothesis_settings(draws, [Phase.generate])(seed(1)(given(cases(get(name).caps, Limits()))(count)))()
-    return sum(counts) / max(len(counts), 1)
-
-
-def draws_per_case(name: str, draws: int) -> float:
-    """The mean number of hypothesis draws (`ConjectureData.draw` calls, internal API: each opens a span, validates
-    and labels its strategy) a drawn case takes, nested ones included: what a case's drawing time grows with beside its
-    choices."""
+def per_case(name: str, draws: int) -> tuple[float, float]:
+    """(choices, hypothesis draws) a drawn case takes on average, in one run (deterministic counts, unlike the
+    seconds): the choices in its record, and its `ConjectureData.draw` calls (internal API: each opens a span,
+    validates and labels its strategy), nested ones included: what a case's drawing time grows with."""
     from hypothesis.internal.conjecture.data import ConjectureData
 
-    calls, cases_seen, plain = [0], [0], ConjectureData.draw
+    choices: list[int] = []
+    calls, plain = [0], ConjectureData.draw
 
     def counted(self, *args, **kwargs):
         calls[0] += 1
         return plain(self, *args, **kwargs)
 
     def count(case) -> None:
-        cases_seen[0] += 1
+        choices.append(len(current_build_context().data.choices))
 
     ConjectureData.draw = counted
     try:
         hypothesis_settings(draws, [Phase.generate])(seed(1)(given(cases(get(name).caps, Limits()))(count)))()
     finally:
         ConjectureData.draw = plain
-    return calls[0] / max(cases_seen[0], 1)
+    return sum(choices) / max(len(choices), 1), calls[0] / max(len(choices), 1)
 
 
 def one_process(tree: Path, name: str, draws: int, shard_seed: int) -> float:
-    """CPU ms a case of `draws` drawn cases in a fresh process that imports `tree`'s packages, as a worker draws
+    """`ms_per_case` in a fresh process of this script that imports `tree`'s packages, drawing as a worker does
     (global PRNGs left alone), after 50 untimed draws."""
-    code = ("import time; from backends.registry import get; "
-            "from campaign.drawing import Fresh, early_draws, global_prngs_left_alone; "
-            "from fuzz.strategies import Limits, cases\n"
-            f"s = cases(get({name!r}).caps, Limits()); early_draws(s, 0, 50, 100)\n"
-            "with global_prngs_left_alone():\n"
-            f"    t = time.process_time(); d = early_draws(s, {shard_seed}, {draws}, Fresh(frozenset()).budget({draws}))\n"
-            "    print(1000 * (time.process_time() - t) / max(len(d), 1))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, __file__, "--one", name, str(draws), str(shard_seed)], cwd=tree,
+                          env=dict(os.environ, PYTHONPATH=str(tree)), capture_output=True, text=True, check=True)
     return float(done.stdout.split()[-1])
 
 
@@ -113,7 +96,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--base", type=Path, help="another checkout: time each tree's draws in processes of their own")
     ap.add_argument("--pairs", type=int, default=6, help="with --base: processes per tree")
+    ap.add_argument("--one", nargs=3, metavar=("BACKEND", "DRAWS", "SEED"), help=argparse.SUPPRESS)  # one_process
     a = ap.parse_args()
+    if a.one is not None:
+        name, draws, shard_seed = a.one[0], int(a.one[1]), int(a.one[2])
+        ms_per_case(name, 50, 0)
+        with global_prngs_left_alone():
+            print(ms_per_case(name, draws, shard_seed))
+        return
     names = a.backend or list(DEFAULT)
     if a.base is not None:
         against(a.base.resolve(), names, a.draws, a.pairs)
@@ -125,8 +115,8 @@ def main() -> None:
     print("|---|" + "---|" * (a.rounds + 2))
     for name in names:
         rounds = [f"{ms_per_case(name, a.draws, r + 1):.2f}" for r in range(a.rounds)]
-        print(f"| {name} | " + " | ".join(rounds) + f" | {choices_per_case(name, a.draws):.1f} | "
-              f"{draws_per_case(name, a.draws):.1f} |")
+        choices, calls = per_case(name, a.draws)
+        print(f"| {name} | " + " | ".join(rounds) + f" | {choices:.1f} | {calls:.1f} |")
 
 
 if __name__ == "__main__":
